@@ -26,7 +26,7 @@ NVML_INC := $(shell $(GO) mod download github.com/NVIDIA/go-nvml >/dev/null 2>&1
 INCS     := -Iinclude -Iinclude/flexgv -I$(NVML_INC)
 
 SHIM_SRC := $(wildcard shim/*.c)
-SIM_SRC  := simgpu/state.c simgpu/core.c simgpu/memory.c simgpu/exec.c simgpu/capture.c simgpu/graph.c simgpu/exports.c simgpu/tensormap.c simgpu/hostfn.c simgpu/texture.c simgpu/link.c simgpu/userobj.c simgpu/procs_gen.c
+SIM_SRC  := simgpu/state.c simgpu/core.c simgpu/memory.c simgpu/exec.c simgpu/capture.c simgpu/graph.c simgpu/exports.c simgpu/tensormap.c simgpu/hostfn.c simgpu/texture.c simgpu/link.c simgpu/userobj.c simgpu/green.c simgpu/procs_gen.c
 HDRS     := $(wildcard include/flexgv/*.h include/flexgv/*.def shim/*.h shim/*.inc simgpu/*.h)
 # The test clients (tests/clients), a line each so that additions merge.
 CLIENTS  :=
@@ -75,6 +75,7 @@ CLIENTS  += graphnodes
 CLIENTS  += linker
 CLIENTS  += mover
 CLIENTS  += streamer
+CLIENTS  += greenctx
 GO_SRC   := $(shell find cmd internal proto -name '*.go') go.mod go.sum
 
 .PHONY: all shim sim cli clients remote image test demo clean gen-check FORCE
@@ -179,6 +180,7 @@ LCUDA_CLIENTS :=
 LCUDA_CLIENTS += devprint
 LCUDA_CLIENTS += lanes
 LCUDA_CLIENTS += families
+LCUDA_CLIENTS += greenctx
 LCUDA_CLIENTS += smcount
 LCUDA_CLIENTS += direct
 LCUDA_CLIENTS += forker

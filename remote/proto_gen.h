@@ -396,21 +396,34 @@ enum fgr_op {
     FGR_OP_cuUserObjectRelease = 387,
     FGR_OP_cuGraphRetainUserObject = 388,
     FGR_OP_cuGraphReleaseUserObject = 389,
-    FGR_OP_cuMemSetMemPool = 390,
-    FGR_OP_xt_ctx = 391,
-    FGR_OP_xt_ctx_39 = 392,
-    FGR_OP_xt_ctx_51 = 393,
-    FGR_OP_xt_simA = 394,
-    FGR_OP_xt_simA_1 = 395,
-    FGR_OP_xt_simA_2 = 396,
-    FGR_OP_xt_simA_7 = 397,
-    FGR_OP_xt_simB = 398,
-    FGR_OP_xt_simB_1 = 399,
-    FGR_OP_xt_simB_2 = 400,
-    FGR_NUM_OPS = 401
+    FGR_OP_cuDeviceGetDevResource = 390,
+    FGR_OP_cuCtxGetDevResource = 391,
+    FGR_OP_cuGreenCtxGetDevResource = 392,
+    FGR_OP_cuDevSmResourceSplitByCount = 393,
+    FGR_OP_cuDevResourceGenerateDesc = 394,
+    FGR_OP_cuGreenCtxCreate = 395,
+    FGR_OP_cuGreenCtxDestroy = 396,
+    FGR_OP_cuCtxFromGreenCtx = 397,
+    FGR_OP_cuGreenCtxRecordEvent = 398,
+    FGR_OP_cuGreenCtxWaitEvent = 399,
+    FGR_OP_cuGreenCtxStreamCreate = 400,
+    FGR_OP_cuStreamGetGreenCtx = 401,
+    FGR_OP_cuGreenCtxGetId = 402,
+    FGR_OP_cuMemSetMemPool = 403,
+    FGR_OP_xt_ctx = 404,
+    FGR_OP_xt_ctx_39 = 405,
+    FGR_OP_xt_ctx_51 = 406,
+    FGR_OP_xt_simA = 407,
+    FGR_OP_xt_simA_1 = 408,
+    FGR_OP_xt_simA_2 = 409,
+    FGR_OP_xt_simA_7 = 410,
+    FGR_OP_xt_simB = 411,
+    FGR_OP_xt_simB_1 = 412,
+    FGR_OP_xt_simB_2 = 413,
+    FGR_NUM_OPS = 414
 };
 
-#define FGR_OPS_HASH 0xeab1c3635f142ee1ULL
+#define FGR_OPS_HASH 0x54286608c09e4a3cULL
 
 /* The project's own operations (the driver's entry points the shim does
  * not hook are declared in flexgv/cuda_api_gen.h). */

@@ -15,7 +15,8 @@
 # prefetched and advised (managed), __managed__ variables (managedvar), a
 # launch's parameters packed in one buffer (extra), occupancy with a host
 # callback, the profiler's range, stream attributes and cuCtxCreate_v4
-# through the runtime and -lcuda (families), graphs built node by node
+# through the runtime and -lcuda (families), green contexts on a group of
+# the SMs (greenctx), graphs built node by node
 # with every kind of node (graphs), a
 # cuBLAS program with stream capture (cublas), PyTorch training
 # (torch-train: losses bit for bit, throughput over native, and with
@@ -190,6 +191,7 @@ cu managedvar scripts/gpu/managedvar.cu
 cu graphs scripts/gpu/graphs.cu
 cu extra scripts/gpu/extra.cu -lcuda
 cu families scripts/gpu/families.cu -lcuda
+cu greenctx scripts/gpu/greenctx.cu -lcuda
 cu cublas scripts/gpu/cublas_capture.cu -lcublas
 if ! wanted torch-train && ! wanted torch-trips && ! wanted torch-segments; then
     :

@@ -551,13 +551,16 @@ SIM_EXPORT CUresult cuCtxGetExecAffinity(CUexecAffinityParam *pExecAffinity, CUe
     return CUDA_SUCCESS;
 }
 
-SIM_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
+struct sim_ctx *sim_ctx_make(int phys, int sms)
 {
-    SIM_GATE();
-    REQUIRE_INIT();
-    struct sim_ctx *c = (struct sim_ctx *)ctx;
-    if (!valid_ctx(c) || c->primary)
-        return CUDA_ERROR_INVALID_CONTEXT;
+    struct sim_ctx *c = new_ctx(phys, 0, 0);
+    if (c)
+        c->sms = sms;
+    return c;
+}
+
+void sim_ctx_end(struct sim_ctx *c)
+{
     for (int i = 0; i < ctx_depth; i++)
         if (ctx_stack[i] == c) {
             memmove(&ctx_stack[i], &ctx_stack[i + 1], sizeof ctx_stack[0] * (size_t)(ctx_depth - i - 1));
@@ -565,6 +568,17 @@ SIM_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
             i--;
         }
     free_ctx(c);
+}
+
+/* A green context's context goes with the green context only. */
+SIM_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
+{
+    SIM_GATE();
+    REQUIRE_INIT();
+    struct sim_ctx *c = (struct sim_ctx *)ctx;
+    if (!valid_ctx(c) || c->primary || c->green)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    sim_ctx_end(c);
     return CUDA_SUCCESS;
 }
 

@@ -908,30 +908,33 @@ CUresult sim_stream_arg(CUstream h, int pt, struct sim_stream **out)
     return *out ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
+CUresult sim_stream_make(struct sim_ctx *c, CUstream *phStream, unsigned int flags, int priority)
+{
+    if (!phStream || (flags & ~1u))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_stream *s = calloc(1, sizeof *s);
+    if (!s)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    *s = (struct sim_stream){.magic = STREAM_MAGIC, .ctx = c, .lane = new_lane(c->dev), .flags = flags};
+    s->priority = priority > 0 ? 0 : priority < -5 ? -5 : priority;
+    *phStream = (CUstream)s;
+    return CUDA_SUCCESS;
+}
+
 SIM_EXPORT CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
     SIM_GATE();
     struct sim_ctx *c;
     CUresult r = sim_check_ctx(&c);
-    if (r)
-        return r;
-    if (!phStream || (Flags & ~1u))
-        return CUDA_ERROR_INVALID_VALUE;
-    struct sim_stream *s = calloc(1, sizeof *s);
-    if (!s)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    *s = (struct sim_stream){.magic = STREAM_MAGIC, .ctx = c, .lane = new_lane(c->dev), .flags = Flags};
-    *phStream = (CUstream)s;
-    return CUDA_SUCCESS;
+    return r ? r : sim_stream_make(c, phStream, Flags, 0);
 }
 
 SIM_EXPORT CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
 {
     SIM_GATE();
-    CUresult r = cuStreamCreate(phStream, flags);
-    if (r == CUDA_SUCCESS)
-        ((struct sim_stream *)*phStream)->priority = priority > 0 ? 0 : priority < -5 ? -5 : priority;
-    return r;
+    struct sim_ctx *c;
+    CUresult r = sim_check_ctx(&c);
+    return r ? r : sim_stream_make(c, phStream, flags, priority);
 }
 
 /* ---- stream attributes: kept per stream and read back ---- */
@@ -1212,6 +1215,10 @@ void sim_kernel_run(struct sim_stream *s, struct sim_func *f, const struct sim_k
         sim_cond_set((CUgraphConditionalHandle)(uintptr_t)a->ptr[0], *p);
     }
     uint64_t ns = f->duration_ns == DEFAULT_DURATION ? sim->cfg.kernel_ns : f->duration_ns;
+    /* A green context's kernel runs on its SMs only: proportionally longer
+     * than on the process's (which sim_submit_kernel scales to the device). */
+    if (s->ctx->sms && s->ctx->sms < sim_sms())
+        ns = ns * (uint64_t)sim_sms() / (uint64_t)s->ctx->sms;
     uint64_t c = f->collective ? sim_submit_collective(s->lane, ns) : sim_submit_kernel(s->lane, ns);
     if (c)
         s->last = c;

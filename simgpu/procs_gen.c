@@ -3574,6 +3574,108 @@ __attribute__((weak)) SIM_EXPORT CUresult cuStreamGetCaptureInfo_ptsz(CUstream h
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+__attribute__((weak)) SIM_EXPORT CUresult cuDeviceGetDevResource(CUdevice device, CUdevResource *resource, CUdevResourceType type)
+{
+    (void)device;
+    (void)resource;
+    (void)type;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuCtxGetDevResource(CUcontext hCtx, CUdevResource *resource, CUdevResourceType type)
+{
+    (void)hCtx;
+    (void)resource;
+    (void)type;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGreenCtxGetDevResource(CUgreenCtx hCtx, CUdevResource *resource, CUdevResourceType type)
+{
+    (void)hCtx;
+    (void)resource;
+    (void)type;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuDevSmResourceSplitByCount(CUdevResource *result, unsigned int *nbGroups, const CUdevResource *input, CUdevResource *remaining, unsigned int useFlags, unsigned int minCount)
+{
+    (void)result;
+    (void)nbGroups;
+    (void)input;
+    (void)remaining;
+    (void)useFlags;
+    (void)minCount;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuDevResourceGenerateDesc(CUdevResourceDesc *phDesc, CUdevResource *resources, unsigned int nbResources)
+{
+    (void)phDesc;
+    (void)resources;
+    (void)nbResources;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags)
+{
+    (void)phCtx;
+    (void)desc;
+    (void)dev;
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx hCtx)
+{
+    (void)hCtx;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuCtxFromGreenCtx(CUcontext *pContext, CUgreenCtx hCtx)
+{
+    (void)pContext;
+    (void)hCtx;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGreenCtxRecordEvent(CUgreenCtx hCtx, CUevent hEvent)
+{
+    (void)hCtx;
+    (void)hEvent;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGreenCtxWaitEvent(CUgreenCtx hCtx, CUevent hEvent)
+{
+    (void)hCtx;
+    (void)hEvent;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGreenCtxStreamCreate(CUstream *phStream, CUgreenCtx greenCtx, unsigned int flags, int priority)
+{
+    (void)phStream;
+    (void)greenCtx;
+    (void)flags;
+    (void)priority;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuStreamGetGreenCtx(CUstream hStream, CUgreenCtx *phCtx)
+{
+    (void)hStream;
+    (void)phCtx;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGreenCtxGetId(CUgreenCtx greenCtx, unsigned long long *greenCtxId)
+{
+    (void)greenCtx;
+    (void)greenCtxId;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 __attribute__((weak)) SIM_EXPORT CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType type, CUmemoryPool pool)
 {
     (void)location;
@@ -4022,6 +4124,19 @@ const struct fg_proc sim_procs[] = {
     {"cuGraphExecUpdate", "cuGraphExecUpdate", 10020, 0, (void *)cuGraphExecUpdate},
     {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo", 10010, 0, (void *)cuStreamGetCaptureInfo},
     {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_ptsz", 10010, 1, (void *)cuStreamGetCaptureInfo_ptsz},
+    {"cuDeviceGetDevResource", "cuDeviceGetDevResource", 12040, 0, (void *)cuDeviceGetDevResource},
+    {"cuCtxGetDevResource", "cuCtxGetDevResource", 12040, 0, (void *)cuCtxGetDevResource},
+    {"cuGreenCtxGetDevResource", "cuGreenCtxGetDevResource", 12040, 0, (void *)cuGreenCtxGetDevResource},
+    {"cuDevSmResourceSplitByCount", "cuDevSmResourceSplitByCount", 12040, 0, (void *)cuDevSmResourceSplitByCount},
+    {"cuDevResourceGenerateDesc", "cuDevResourceGenerateDesc", 12040, 0, (void *)cuDevResourceGenerateDesc},
+    {"cuGreenCtxCreate", "cuGreenCtxCreate", 12040, 0, (void *)cuGreenCtxCreate},
+    {"cuGreenCtxDestroy", "cuGreenCtxDestroy", 12040, 0, (void *)cuGreenCtxDestroy},
+    {"cuCtxFromGreenCtx", "cuCtxFromGreenCtx", 12040, 0, (void *)cuCtxFromGreenCtx},
+    {"cuGreenCtxRecordEvent", "cuGreenCtxRecordEvent", 12040, 0, (void *)cuGreenCtxRecordEvent},
+    {"cuGreenCtxWaitEvent", "cuGreenCtxWaitEvent", 12040, 0, (void *)cuGreenCtxWaitEvent},
+    {"cuGreenCtxStreamCreate", "cuGreenCtxStreamCreate", 12050, 0, (void *)cuGreenCtxStreamCreate},
+    {"cuStreamGetGreenCtx", "cuStreamGetGreenCtx", 12040, 0, (void *)cuStreamGetGreenCtx},
+    {"cuGreenCtxGetId", "cuGreenCtxGetId", 12090, 0, (void *)cuGreenCtxGetId},
     {"cuMemSetMemPool", "cuMemSetMemPool", 13000, 0, (void *)cuMemSetMemPool},
 };
 

@@ -209,6 +209,7 @@ struct sim_capture;
 struct sim_node;
 struct sim_func;
 
+struct sim_green;
 struct sim_ctx {
     uint32_t magic;
     int dev; /* physical */
@@ -224,6 +225,10 @@ struct sim_ctx {
      * local memory at its per-thread level (the stack limit, or grown by a
      * launch), and pending device launches. */
     uint64_t local_level, local_bytes, pending, pending_bytes;
+    /* A green context's (green.c): the SMs its kernels run on (0: all of
+     * the device's), and the green context it was made for. */
+    int sms;
+    struct sim_green *green;
 };
 
 #define SIM_CAP_DEPS 8
@@ -304,8 +309,14 @@ CUresult sim_check_ctx(struct sim_ctx **out);
 int sim_ctx_valid(CUcontext c);
 const char *sim_result_name(CUresult r);
 
+/* A context on sms of device phys's SMs, current nowhere (green.c), and
+ * its end (which a green context's own destroy makes). */
+struct sim_ctx *sim_ctx_make(int phys, int sms);
+void sim_ctx_end(struct sim_ctx *c);
+
 /* exec.c */
 struct sim_stream *sim_stream_of(struct sim_ctx *ctx, CUstream h, int per_thread);
+CUresult sim_stream_make(struct sim_ctx *c, CUstream *phStream, unsigned int flags, int priority);
 CUresult sim_stream_arg(CUstream h, int per_thread, struct sim_stream **out);
 CUresult sim_stream_wait(struct sim_stream *s);
 void sim_ctx_sync(struct sim_ctx *ctx);

@@ -26,6 +26,7 @@ typedef unsigned long long CUdeviceptr;
 typedef unsigned long long CUmemGenericAllocationHandle;
 typedef struct CUctx_st *CUcontext;
 typedef struct CUgreenCtx_st *CUgreenCtx;
+typedef struct CUdevResourceDesc_st *CUdevResourceDesc;
 typedef struct CUmod_st *CUmodule;
 typedef struct CUfunc_st *CUfunction;
 typedef struct CUlib_st *CUlibrary;
@@ -723,6 +724,35 @@ typedef struct CUmemPoolProps_st {
     unsigned short usage;
     unsigned char reserved[54];
 } CUmemPoolProps;
+
+/* Green contexts (12.4): a context on a share of a device's SMs. A
+ * resource's bytes before the union are the driver's own. */
+typedef enum CUdevResourceType_enum {
+    CU_DEV_RESOURCE_TYPE_INVALID = 0,
+    CU_DEV_RESOURCE_TYPE_SM = 1
+} CUdevResourceType;
+
+typedef struct CUdevSmResource_st {
+    unsigned int smCount;
+} CUdevSmResource;
+
+typedef struct CUdevResource_st {
+    CUdevResourceType type;
+    unsigned char _internal_padding[92];
+    union {
+        CUdevSmResource sm;
+        unsigned char _oversize[48];
+    };
+} CUdevResource;
+
+typedef enum CUgreenCtxCreate_flags_enum {
+    CU_GREEN_CTX_DEFAULT_STREAM = 0x1
+} CUgreenCtxCreate_flags;
+
+typedef enum CUdevSmResourceSplit_flags_enum {
+    CU_DEV_SM_RESOURCE_SPLIT_IGNORE_SM_COSCHEDULING = 0x1,
+    CU_DEV_SM_RESOURCE_SPLIT_MAX_POTENTIAL_CLUSTER_SIZE = 0x2
+} CUdevSmResourceSplit_flags;
 
 typedef enum CUmemPool_attribute_enum {
     CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES = 1,

@@ -7253,234 +7253,379 @@ FGR_EXPORT CUresult cuProfilerInitialize(void)
     return fgr_unsupported(114, "cuProfilerInitialize", "deprecated since CUDA 11: cuProfilerStart and cuProfilerStop are carried");
 }
 
-FGR_EXPORT CUresult cuGreenCtxCreate(void)
+FGR_EXPORT CUresult cuDeviceGetDevResource(CUdevice device, CUdevResource *resource, CUdevResourceType type)
 {
-    return fgr_unsupported(115, "cuGreenCtxCreate", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    CUresult fgr_r;
+    uint64_t n_resource = resource ? sizeof(CUdevResource) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDeviceGetDevResource, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)device);
+    fgr_put_u64(&fgr_c.w, (uint64_t)type);
+    fgr_put_u8(&fgr_c.w, resource != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, resource, n_resource, 0);
+    return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuGreenCtxDestroy(void)
+FGR_EXPORT CUresult cuCtxGetDevResource(CUcontext hCtx, CUdevResource *resource, CUdevResourceType type)
 {
-    return fgr_unsupported(116, "cuGreenCtxDestroy", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    CUresult fgr_r;
+    uint64_t n_resource = resource ? sizeof(CUdevResource) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxGetDevResource, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hCtx);
+    fgr_put_u64(&fgr_c.w, (uint64_t)type);
+    fgr_put_u8(&fgr_c.w, resource != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, resource, n_resource, 0);
+    return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuGreenCtxGetDevResource(void)
+FGR_EXPORT CUresult cuGreenCtxGetDevResource(CUgreenCtx hCtx, CUdevResource *resource, CUdevResourceType type)
 {
-    return fgr_unsupported(117, "cuGreenCtxGetDevResource", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    CUresult fgr_r;
+    uint64_t n_resource = resource ? sizeof(CUdevResource) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGreenCtxGetDevResource, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hCtx);
+    fgr_put_u64(&fgr_c.w, (uint64_t)type);
+    fgr_put_u8(&fgr_c.w, resource != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, resource, n_resource, 0);
+    return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuGreenCtxGetId(void)
+FGR_EXPORT CUresult cuDevSmResourceSplitByCount(CUdevResource *result, unsigned int *nbGroups, const CUdevResource *input, CUdevResource *remaining, unsigned int useFlags, unsigned int minCount)
 {
-    return fgr_unsupported(118, "cuGreenCtxGetId", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    CUresult fgr_r;
+    uint64_t n_result = result ? fgr_mul((uint64_t)(nbGroups?*nbGroups:0), sizeof(CUdevResource)) : 0;
+    if (n_result > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuDevSmResourceSplitByCount", "a buffer over the frame limit");
+    uint64_t n_nbGroups = nbGroups ? sizeof(unsigned int) : 0;
+    uint64_t n_input = input ? sizeof(CUdevResource) : 0;
+    uint64_t n_remaining = remaining ? sizeof(CUdevResource) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDevSmResourceSplitByCount, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)useFlags);
+    fgr_put_u64(&fgr_c.w, (uint64_t)minCount);
+    fgr_put_u8(&fgr_c.w, result != NULL);
+    fgr_put_buf(&fgr_c.w, nbGroups, n_nbGroups);
+    fgr_put_buf(&fgr_c.w, input, n_input);
+    fgr_put_u8(&fgr_c.w, remaining != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, result, n_result, 0);
+    fgr_get_out(&fgr_c, nbGroups, n_nbGroups, 1);
+    fgr_get_out(&fgr_c, remaining, n_remaining, 0);
+    return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuGreenCtxRecordEvent(void)
+FGR_EXPORT CUresult cuDevResourceGenerateDesc(CUdevResourceDesc *phDesc, CUdevResource *resources, unsigned int nbResources)
 {
-    return fgr_unsupported(119, "cuGreenCtxRecordEvent", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    CUresult fgr_r;
+    uint64_t n_phDesc = phDesc ? sizeof(CUdevResourceDesc) : 0;
+    uint64_t n_resources = resources ? fgr_mul((uint64_t)(nbResources), sizeof(CUdevResource)) : 0;
+    if (n_resources > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuDevResourceGenerateDesc", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuDevResourceGenerateDesc, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)nbResources);
+    fgr_put_u8(&fgr_c.w, phDesc != NULL);
+    fgr_put_buf(&fgr_c.w, resources, n_resources);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phDesc, n_phDesc, 0);
+    return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuGreenCtxStreamCreate(void)
+FGR_EXPORT CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags)
 {
-    return fgr_unsupported(120, "cuGreenCtxStreamCreate", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    CUresult fgr_r;
+    uint64_t n_phCtx = phCtx ? sizeof(CUgreenCtx) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGreenCtxCreate, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)desc);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    fgr_put_u8(&fgr_c.w, phCtx != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phCtx, n_phCtx, 0);
+    return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuGreenCtxWaitEvent(void)
+FGR_EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx hCtx)
 {
-    return fgr_unsupported(121, "cuGreenCtxWaitEvent", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGreenCtxDestroy, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hCtx);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuCtxFromGreenCtx(void)
+FGR_EXPORT CUresult cuCtxFromGreenCtx(CUcontext *pContext, CUgreenCtx hCtx)
 {
-    return fgr_unsupported(122, "cuCtxFromGreenCtx", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    CUresult fgr_r;
+    uint64_t n_pContext = pContext ? sizeof(CUcontext) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxFromGreenCtx, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hCtx);
+    fgr_put_u8(&fgr_c.w, pContext != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pContext, n_pContext, 0);
+    return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuCtxGetDevResource(void)
+FGR_EXPORT CUresult cuGreenCtxRecordEvent(CUgreenCtx hCtx, CUevent hEvent)
 {
-    return fgr_unsupported(123, "cuCtxGetDevResource", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGreenCtxRecordEvent, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hCtx);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hEvent);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuDeviceGetDevResource(void)
+FGR_EXPORT CUresult cuGreenCtxWaitEvent(CUgreenCtx hCtx, CUevent hEvent)
 {
-    return fgr_unsupported(124, "cuDeviceGetDevResource", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGreenCtxWaitEvent, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hCtx);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hEvent);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuDevResourceGenerateDesc(void)
+FGR_EXPORT CUresult cuGreenCtxStreamCreate(CUstream *phStream, CUgreenCtx greenCtx, unsigned int flags, int priority)
 {
-    return fgr_unsupported(125, "cuDevResourceGenerateDesc", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    CUresult fgr_r;
+    uint64_t n_phStream = phStream ? sizeof(CUstream) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGreenCtxStreamCreate, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)greenCtx);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)priority);
+    fgr_put_u8(&fgr_c.w, phStream != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phStream, n_phStream, 0);
+    return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuDevSmResourceSplitByCount(void)
+FGR_EXPORT CUresult cuStreamGetGreenCtx(CUstream hStream, CUgreenCtx *phCtx)
 {
-    return fgr_unsupported(126, "cuDevSmResourceSplitByCount", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    CUresult fgr_r;
+    uint64_t n_phCtx = phCtx ? sizeof(CUgreenCtx) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamGetGreenCtx, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
+    fgr_put_u8(&fgr_c.w, phCtx != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phCtx, n_phCtx, 0);
+    return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuStreamGetGreenCtx(void)
+FGR_EXPORT CUresult cuGreenCtxGetId(CUgreenCtx greenCtx, unsigned long long *greenCtxId)
 {
-    return fgr_unsupported(127, "cuStreamGetGreenCtx", "green contexts (a share of the GPU's SMs) are not carried yet: contexts and streams are");
+    CUresult fgr_r;
+    uint64_t n_greenCtxId = greenCtxId ? sizeof(unsigned long long) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGreenCtxGetId, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)greenCtx);
+    fgr_put_u8(&fgr_c.w, greenCtxId != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, greenCtxId, n_greenCtxId, 0);
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuLogsCurrent(void)
 {
-    return fgr_unsupported(128, "cuLogsCurrent", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
+    return fgr_unsupported(115, "cuLogsCurrent", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
 }
 
 FGR_EXPORT CUresult cuLogsDumpToFile(void)
 {
-    return fgr_unsupported(129, "cuLogsDumpToFile", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
+    return fgr_unsupported(116, "cuLogsDumpToFile", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
 }
 
 FGR_EXPORT CUresult cuLogsDumpToMemory(void)
 {
-    return fgr_unsupported(130, "cuLogsDumpToMemory", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
+    return fgr_unsupported(117, "cuLogsDumpToMemory", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
 }
 
 FGR_EXPORT CUresult cuLogsRegisterCallback(void)
 {
-    return fgr_unsupported(131, "cuLogsRegisterCallback", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
+    return fgr_unsupported(118, "cuLogsRegisterCallback", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
 }
 
 FGR_EXPORT CUresult cuLogsUnregisterCallback(void)
 {
-    return fgr_unsupported(132, "cuLogsUnregisterCallback", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
+    return fgr_unsupported(119, "cuLogsUnregisterCallback", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
 }
 
 FGR_EXPORT CUresult cuCoredumpGetAttribute(void)
 {
-    return fgr_unsupported(133, "cuCoredumpGetAttribute", "GPU core dumps are written by the server's driver for the executor's process: set them there");
+    return fgr_unsupported(120, "cuCoredumpGetAttribute", "GPU core dumps are written by the server's driver for the executor's process: set them there");
 }
 
 FGR_EXPORT CUresult cuCoredumpGetAttributeGlobal(void)
 {
-    return fgr_unsupported(134, "cuCoredumpGetAttributeGlobal", "GPU core dumps are written by the server's driver for the executor's process: set them there");
+    return fgr_unsupported(121, "cuCoredumpGetAttributeGlobal", "GPU core dumps are written by the server's driver for the executor's process: set them there");
 }
 
 FGR_EXPORT CUresult cuCoredumpSetAttribute(void)
 {
-    return fgr_unsupported(135, "cuCoredumpSetAttribute", "GPU core dumps are written by the server's driver for the executor's process: set them there");
+    return fgr_unsupported(122, "cuCoredumpSetAttribute", "GPU core dumps are written by the server's driver for the executor's process: set them there");
 }
 
 FGR_EXPORT CUresult cuCoredumpSetAttributeGlobal(void)
 {
-    return fgr_unsupported(136, "cuCoredumpSetAttributeGlobal", "GPU core dumps are written by the server's driver for the executor's process: set them there");
+    return fgr_unsupported(123, "cuCoredumpSetAttributeGlobal", "GPU core dumps are written by the server's driver for the executor's process: set them there");
 }
 
 FGR_EXPORT CUresult cuDeviceRegisterAsyncNotification(void)
 {
-    return fgr_unsupported(137, "cuDeviceRegisterAsyncNotification", "the driver would call the program back from the server: asynchronous notifications are not carried");
+    return fgr_unsupported(124, "cuDeviceRegisterAsyncNotification", "the driver would call the program back from the server: asynchronous notifications are not carried");
 }
 
 FGR_EXPORT CUresult cuDeviceUnregisterAsyncNotification(void)
 {
-    return fgr_unsupported(138, "cuDeviceUnregisterAsyncNotification", "the driver would call the program back from the server: asynchronous notifications are not carried");
+    return fgr_unsupported(125, "cuDeviceUnregisterAsyncNotification", "the driver would call the program back from the server: asynchronous notifications are not carried");
 }
 
 FGR_EXPORT CUresult cuCheckpointProcessGetRestoreThreadId(void)
 {
-    return fgr_unsupported(139, "cuCheckpointProcessGetRestoreThreadId", "it names a process by its pid; a remote program's GPU state is its executor's, on the server (flexgv suspend acts on local tenants)");
+    return fgr_unsupported(126, "cuCheckpointProcessGetRestoreThreadId", "it names a process by its pid; a remote program's GPU state is its executor's, on the server (flexgv suspend acts on local tenants)");
 }
 
 FGR_EXPORT CUresult cuMemGetHandleForAddressRange(void)
 {
-    return fgr_unsupported(140, "cuMemGetHandleForAddressRange", "it returns a dma-buf file descriptor of the executor's process, which means nothing in the program's");
+    return fgr_unsupported(127, "cuMemGetHandleForAddressRange", "it returns a dma-buf file descriptor of the executor's process, which means nothing in the program's");
 }
 
 FGR_EXPORT CUresult cuLibraryGetUnifiedFunction(void)
 {
-    return fgr_unsupported(141, "cuLibraryGetUnifiedFunction", "a unified function's address is in the library's image on the server's host");
+    return fgr_unsupported(128, "cuLibraryGetUnifiedFunction", "a unified function's address is in the library's image on the server's host");
 }
 
 FGR_EXPORT CUresult cuFlushGPUDirectRDMAWrites(void)
 {
-    return fgr_unsupported(142, "cuFlushGPUDirectRDMAWrites", "GPUDirect RDMA writes come from the NICs of the GPU's own host: nothing of the program's reaches it that way");
+    return fgr_unsupported(129, "cuFlushGPUDirectRDMAWrites", "GPUDirect RDMA writes come from the NICs of the GPU's own host: nothing of the program's reaches it that way");
 }
 
 FGR_EXPORT CUresult cuDeviceGetLuid(void)
 {
-    return fgr_unsupported(143, "cuDeviceGetLuid", "a Windows (WDDM) adapter identifier: Linux drivers answer CUDA_ERROR_NOT_SUPPORTED too");
+    return fgr_unsupported(130, "cuDeviceGetLuid", "a Windows (WDDM) adapter identifier: Linux drivers answer CUDA_ERROR_NOT_SUPPORTED too");
 }
 
 FGR_EXPORT CUresult cuGraphAddBatchMemOpNode(void)
 {
-    return fgr_unsupported(144, "cuGraphAddBatchMemOpNode", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
+    return fgr_unsupported(131, "cuGraphAddBatchMemOpNode", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
 }
 
 FGR_EXPORT CUresult cuGraphBatchMemOpNodeGetParams(void)
 {
-    return fgr_unsupported(145, "cuGraphBatchMemOpNodeGetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
+    return fgr_unsupported(132, "cuGraphBatchMemOpNodeGetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
 }
 
 FGR_EXPORT CUresult cuGraphBatchMemOpNodeSetParams(void)
 {
-    return fgr_unsupported(146, "cuGraphBatchMemOpNodeSetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
+    return fgr_unsupported(133, "cuGraphBatchMemOpNodeSetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
 }
 
 FGR_EXPORT CUresult cuGraphExecBatchMemOpNodeSetParams(void)
 {
-    return fgr_unsupported(147, "cuGraphExecBatchMemOpNodeSetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
+    return fgr_unsupported(134, "cuGraphExecBatchMemOpNodeSetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
 }
 
 FGR_EXPORT CUresult cuMemcpy3DBatchAsync_v2(void)
 {
-    return fgr_unsupported(148, "cuMemcpy3DBatchAsync_v2", "batches of 3D copies are not carried yet: cuMemcpy3DAsync is, and batches of linear copies");
+    return fgr_unsupported(135, "cuMemcpy3DBatchAsync_v2", "batches of 3D copies are not carried yet: cuMemcpy3DAsync is, and batches of linear copies");
 }
 
 FGR_EXPORT CUresult cuMemcpy3DBatchAsync_v2_ptsz(void)
 {
-    return fgr_unsupported(149, "cuMemcpy3DBatchAsync_v2_ptsz", "batches of 3D copies are not carried yet: cuMemcpy3DAsync is, and batches of linear copies");
+    return fgr_unsupported(136, "cuMemcpy3DBatchAsync_v2_ptsz", "batches of 3D copies are not carried yet: cuMemcpy3DAsync is, and batches of linear copies");
 }
 
 FGR_EXPORT CUresult cuMemPrefetchBatchAsync(void)
 {
-    return fgr_unsupported(150, "cuMemPrefetchBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
+    return fgr_unsupported(137, "cuMemPrefetchBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
 }
 
 FGR_EXPORT CUresult cuMemDiscardBatchAsync(void)
 {
-    return fgr_unsupported(151, "cuMemDiscardBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
+    return fgr_unsupported(138, "cuMemDiscardBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
 }
 
 FGR_EXPORT CUresult cuMemDiscardAndPrefetchBatchAsync(void)
 {
-    return fgr_unsupported(152, "cuMemDiscardAndPrefetchBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
+    return fgr_unsupported(139, "cuMemDiscardAndPrefetchBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
 }
 
 FGR_EXPORT CUresult cuMemBatchDecompressAsync(void)
 {
-    return fgr_unsupported(153, "cuMemBatchDecompressAsync", "the copy engines' decompression is not carried yet");
+    return fgr_unsupported(140, "cuMemBatchDecompressAsync", "the copy engines' decompression is not carried yet");
 }
 
 FGR_EXPORT CUresult cuArrayGetMemoryRequirements(void)
 {
-    return fgr_unsupported(154, "cuArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(141, "cuArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuArrayGetPlane(void)
 {
-    return fgr_unsupported(155, "cuArrayGetPlane", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(142, "cuArrayGetPlane", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuArrayGetSparseProperties(void)
 {
-    return fgr_unsupported(156, "cuArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(143, "cuArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuMipmappedArrayGetMemoryRequirements(void)
 {
-    return fgr_unsupported(157, "cuMipmappedArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(144, "cuMipmappedArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuMipmappedArrayGetSparseProperties(void)
 {
-    return fgr_unsupported(158, "cuMipmappedArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(145, "cuMipmappedArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuMemMapArrayAsync(void)
 {
-    return fgr_unsupported(159, "cuMemMapArrayAsync", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(146, "cuMemMapArrayAsync", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuTensorMapEncodeIm2colWide(void)
 {
-    return fgr_unsupported(160, "cuTensorMapEncodeIm2colWide", "the wide im2col tensor map is not carried yet: tiled and im2col tensor maps are");
+    return fgr_unsupported(147, "cuTensorMapEncodeIm2colWide", "the wide im2col tensor map is not carried yet: tiled and im2col tensor maps are");
 }
 
 FGR_EXPORT CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType type, CUmemoryPool pool)
@@ -7498,7 +7643,7 @@ FGR_EXPORT CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType
     return fgr_end(&fgr_c);
 }
 
-const int fgr_nunsupported = 161;
+const int fgr_nunsupported = 148;
 
 /* Each operation's entry point, for FLEXGV_REMOTE_LOG. */
 const char *const fgr_op_names[FGR_NUM_OPS] = {
@@ -7891,6 +8036,19 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuUserObjectRelease] = "cuUserObjectRelease",
     [FGR_OP_cuGraphRetainUserObject] = "cuGraphRetainUserObject",
     [FGR_OP_cuGraphReleaseUserObject] = "cuGraphReleaseUserObject",
+    [FGR_OP_cuDeviceGetDevResource] = "cuDeviceGetDevResource",
+    [FGR_OP_cuCtxGetDevResource] = "cuCtxGetDevResource",
+    [FGR_OP_cuGreenCtxGetDevResource] = "cuGreenCtxGetDevResource",
+    [FGR_OP_cuDevSmResourceSplitByCount] = "cuDevSmResourceSplitByCount",
+    [FGR_OP_cuDevResourceGenerateDesc] = "cuDevResourceGenerateDesc",
+    [FGR_OP_cuGreenCtxCreate] = "cuGreenCtxCreate",
+    [FGR_OP_cuGreenCtxDestroy] = "cuGreenCtxDestroy",
+    [FGR_OP_cuCtxFromGreenCtx] = "cuCtxFromGreenCtx",
+    [FGR_OP_cuGreenCtxRecordEvent] = "cuGreenCtxRecordEvent",
+    [FGR_OP_cuGreenCtxWaitEvent] = "cuGreenCtxWaitEvent",
+    [FGR_OP_cuGreenCtxStreamCreate] = "cuGreenCtxStreamCreate",
+    [FGR_OP_cuStreamGetGreenCtx] = "cuStreamGetGreenCtx",
+    [FGR_OP_cuGreenCtxGetId] = "cuGreenCtxGetId",
     [FGR_OP_cuMemSetMemPool] = "cuMemSetMemPool",
     [FGR_OP_xt_ctx] = "xt_ctx",
     [FGR_OP_xt_ctx_39] = "xt_ctx_39",
@@ -8589,19 +8747,19 @@ const struct fg_proc fgr_procs[] = {
     {"cuCtxDetach", "cuCtxDetach", 2000, 0, (void *)cuCtxDetach},
     {"cuLaunchCooperativeKernelMultiDevice", "cuLaunchCooperativeKernelMultiDevice", 9000, 0, (void *)cuLaunchCooperativeKernelMultiDevice},
     {"cuProfilerInitialize", "cuProfilerInitialize", 4000, 0, (void *)cuProfilerInitialize},
+    {"cuDeviceGetDevResource", "cuDeviceGetDevResource", 12040, 0, (void *)cuDeviceGetDevResource},
+    {"cuCtxGetDevResource", "cuCtxGetDevResource", 12040, 0, (void *)cuCtxGetDevResource},
+    {"cuGreenCtxGetDevResource", "cuGreenCtxGetDevResource", 12040, 0, (void *)cuGreenCtxGetDevResource},
+    {"cuDevSmResourceSplitByCount", "cuDevSmResourceSplitByCount", 12040, 0, (void *)cuDevSmResourceSplitByCount},
+    {"cuDevResourceGenerateDesc", "cuDevResourceGenerateDesc", 12040, 0, (void *)cuDevResourceGenerateDesc},
     {"cuGreenCtxCreate", "cuGreenCtxCreate", 12040, 0, (void *)cuGreenCtxCreate},
     {"cuGreenCtxDestroy", "cuGreenCtxDestroy", 12040, 0, (void *)cuGreenCtxDestroy},
-    {"cuGreenCtxGetDevResource", "cuGreenCtxGetDevResource", 12040, 0, (void *)cuGreenCtxGetDevResource},
-    {"cuGreenCtxGetId", "cuGreenCtxGetId", 12090, 0, (void *)cuGreenCtxGetId},
-    {"cuGreenCtxRecordEvent", "cuGreenCtxRecordEvent", 12040, 0, (void *)cuGreenCtxRecordEvent},
-    {"cuGreenCtxStreamCreate", "cuGreenCtxStreamCreate", 12050, 0, (void *)cuGreenCtxStreamCreate},
-    {"cuGreenCtxWaitEvent", "cuGreenCtxWaitEvent", 12040, 0, (void *)cuGreenCtxWaitEvent},
     {"cuCtxFromGreenCtx", "cuCtxFromGreenCtx", 12040, 0, (void *)cuCtxFromGreenCtx},
-    {"cuCtxGetDevResource", "cuCtxGetDevResource", 12040, 0, (void *)cuCtxGetDevResource},
-    {"cuDeviceGetDevResource", "cuDeviceGetDevResource", 12040, 0, (void *)cuDeviceGetDevResource},
-    {"cuDevResourceGenerateDesc", "cuDevResourceGenerateDesc", 12040, 0, (void *)cuDevResourceGenerateDesc},
-    {"cuDevSmResourceSplitByCount", "cuDevSmResourceSplitByCount", 12040, 0, (void *)cuDevSmResourceSplitByCount},
+    {"cuGreenCtxRecordEvent", "cuGreenCtxRecordEvent", 12040, 0, (void *)cuGreenCtxRecordEvent},
+    {"cuGreenCtxWaitEvent", "cuGreenCtxWaitEvent", 12040, 0, (void *)cuGreenCtxWaitEvent},
+    {"cuGreenCtxStreamCreate", "cuGreenCtxStreamCreate", 12050, 0, (void *)cuGreenCtxStreamCreate},
     {"cuStreamGetGreenCtx", "cuStreamGetGreenCtx", 12040, 0, (void *)cuStreamGetGreenCtx},
+    {"cuGreenCtxGetId", "cuGreenCtxGetId", 12090, 0, (void *)cuGreenCtxGetId},
     {"cuLogsCurrent", "cuLogsCurrent", 12090, 0, (void *)cuLogsCurrent},
     {"cuLogsDumpToFile", "cuLogsDumpToFile", 12090, 0, (void *)cuLogsDumpToFile},
     {"cuLogsDumpToMemory", "cuLogsDumpToMemory", 12090, 0, (void *)cuLogsDumpToMemory},

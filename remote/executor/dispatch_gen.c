@@ -390,6 +390,19 @@ typedef CUresult (*pfn_cuUserObjectRetain)(CUuserObject object, unsigned int cou
 typedef CUresult (*pfn_cuUserObjectRelease)(CUuserObject object, unsigned int count);
 typedef CUresult (*pfn_cuGraphRetainUserObject)(CUgraph graph, CUuserObject object, unsigned int count, unsigned int flags);
 typedef CUresult (*pfn_cuGraphReleaseUserObject)(CUgraph graph, CUuserObject object, unsigned int count);
+typedef CUresult (*pfn_cuDeviceGetDevResource)(CUdevice device, CUdevResource *resource, CUdevResourceType type);
+typedef CUresult (*pfn_cuCtxGetDevResource)(CUcontext hCtx, CUdevResource *resource, CUdevResourceType type);
+typedef CUresult (*pfn_cuGreenCtxGetDevResource)(CUgreenCtx hCtx, CUdevResource *resource, CUdevResourceType type);
+typedef CUresult (*pfn_cuDevSmResourceSplitByCount)(CUdevResource *result, unsigned int *nbGroups, const CUdevResource *input, CUdevResource *remaining, unsigned int useFlags, unsigned int minCount);
+typedef CUresult (*pfn_cuDevResourceGenerateDesc)(CUdevResourceDesc *phDesc, CUdevResource *resources, unsigned int nbResources);
+typedef CUresult (*pfn_cuGreenCtxCreate)(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags);
+typedef CUresult (*pfn_cuGreenCtxDestroy)(CUgreenCtx hCtx);
+typedef CUresult (*pfn_cuCtxFromGreenCtx)(CUcontext *pContext, CUgreenCtx hCtx);
+typedef CUresult (*pfn_cuGreenCtxRecordEvent)(CUgreenCtx hCtx, CUevent hEvent);
+typedef CUresult (*pfn_cuGreenCtxWaitEvent)(CUgreenCtx hCtx, CUevent hEvent);
+typedef CUresult (*pfn_cuGreenCtxStreamCreate)(CUstream *phStream, CUgreenCtx greenCtx, unsigned int flags, int priority);
+typedef CUresult (*pfn_cuStreamGetGreenCtx)(CUstream hStream, CUgreenCtx *phCtx);
+typedef CUresult (*pfn_cuGreenCtxGetId)(CUgreenCtx greenCtx, unsigned long long *greenCtxId);
 typedef CUresult (*pfn_cuMemSetMemPool)(CUmemLocation *location, CUmemAllocationType type, CUmemoryPool pool);
 typedef CUresult (*pfn_xt_ctx_39)(CUcontext ctx, fgrCtxObject object, uint64_t *value, uint64_t arg3);
 typedef CUresult (*pfn_xt_ctx_51)(CUcontext ctx, uint64_t arg1, fgrCtxObject *object, uint64_t arg3);
@@ -7247,7 +7260,7 @@ static CUresult op_cuStreamGetCtx_v2(struct fgr_rd *rd, struct fgr_req *q)
         if (pCtx)
             fgr_add(FGR_H_CUcontext, (uint64_t)(uintptr_t)*pCtx, 0, 0);
         if (pGreenCtx)
-            fgr_add(FGR_H_CUgreenCtx, (uint64_t)(uintptr_t)*pGreenCtx, FGR_H_CUcontext, fgr_ctx);
+            fgr_add(FGR_H_CUgreenCtx, (uint64_t)(uintptr_t)*pGreenCtx, 0, 0);
         if (fgr_out_n(FGR_H_CUcontext, pCtx, 1) != 0)
             fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
         if (fgr_out_n(FGR_H_CUgreenCtx, pGreenCtx, 1) != 0)
@@ -7283,7 +7296,7 @@ static CUresult op_cuStreamGetCtx_v2_ptsz(struct fgr_rd *rd, struct fgr_req *q)
         if (pCtx)
             fgr_add(FGR_H_CUcontext, (uint64_t)(uintptr_t)*pCtx, 0, 0);
         if (pGreenCtx)
-            fgr_add(FGR_H_CUgreenCtx, (uint64_t)(uintptr_t)*pGreenCtx, FGR_H_CUcontext, fgr_ctx);
+            fgr_add(FGR_H_CUgreenCtx, (uint64_t)(uintptr_t)*pGreenCtx, 0, 0);
         if (fgr_out_n(FGR_H_CUcontext, pCtx, 1) != 0)
             fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
         if (fgr_out_n(FGR_H_CUgreenCtx, pGreenCtx, 1) != 0)
@@ -8824,6 +8837,302 @@ static CUresult op_cuGraphReleaseUserObject(struct fgr_rd *rd, struct fgr_req *q
     return fgr_r;
 }
 
+static CUresult op_cuDeviceGetDevResource(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdevice device = (CUdevice)fgr_get_u64(rd);
+    CUdevResourceType type = (CUdevResourceType)fgr_get_u64(rd);
+    int has_resource = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUdevResource *resource = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_resource && !(resource = fgr_out(q, sizeof(CUdevResource))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuDeviceGetDevResource)fgr_real[FGR_OP_cuDeviceGetDevResource])(device, resource, type);
+    if (has_resource)
+        fgr_reply_out(q, resource, sizeof(CUdevResource), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuCtxGetDevResource(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUcontext hCtx = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
+    CUdevResourceType type = (CUdevResourceType)fgr_get_u64(rd);
+    int has_resource = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUdevResource *resource = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)hCtx)))
+        fgr_r = fgr_refuse("cuCtxGetDevResource", "hCtx", (uint64_t)(uintptr_t)hCtx, CUDA_ERROR_INVALID_CONTEXT);
+    if (fgr_r == CUDA_SUCCESS && has_resource && !(resource = fgr_out(q, sizeof(CUdevResource))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuCtxGetDevResource)fgr_real[FGR_OP_cuCtxGetDevResource])(hCtx, resource, type);
+    if (has_resource)
+        fgr_reply_out(q, resource, sizeof(CUdevResource), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuGreenCtxGetDevResource(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgreenCtx hCtx = (CUgreenCtx)(uintptr_t)fgr_in(FGR_H_CUgreenCtx, fgr_get_u64(rd));
+    CUdevResourceType type = (CUdevResourceType)fgr_get_u64(rd);
+    int has_resource = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUdevResource *resource = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgreenCtx, (uint64_t)(uintptr_t)hCtx)))
+        fgr_r = fgr_refuse("cuGreenCtxGetDevResource", "hCtx", (uint64_t)(uintptr_t)hCtx, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_resource && !(resource = fgr_out(q, sizeof(CUdevResource))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGreenCtxGetDevResource)fgr_real[FGR_OP_cuGreenCtxGetDevResource])(hCtx, resource, type);
+    if (has_resource)
+        fgr_reply_out(q, resource, sizeof(CUdevResource), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuDevSmResourceSplitByCount(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    unsigned int useFlags = (unsigned int)fgr_get_u64(rd);
+    unsigned int minCount = (unsigned int)fgr_get_u64(rd);
+    int has_result = fgr_get_u8(rd);
+    unsigned int *nbGroups = fgr_get_buf(rd, q, sizeof(unsigned int), 1);
+    CUdevResource *input = fgr_get_buf(rd, q, sizeof(CUdevResource), 1);
+    int has_remaining = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUdevResource *result = NULL;
+    const uint64_t fgr_n_result = fgr_mul((uint64_t)(nbGroups?*nbGroups:0), sizeof(CUdevResource));
+    CUdevResource *remaining = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(!has_result || fgr_mul((uint64_t)(nbGroups?*nbGroups:0), sizeof(CUdevResource)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("cuDevSmResourceSplitByCount", "result", fgr_mul((uint64_t)(nbGroups?*nbGroups:0), sizeof(CUdevResource)), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_result && !(result = fgr_out(q, fgr_n_result)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_remaining && !(remaining = fgr_out(q, sizeof(CUdevResource))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuDevSmResourceSplitByCount)fgr_real[FGR_OP_cuDevSmResourceSplitByCount])(result, nbGroups, input, remaining, useFlags, minCount);
+    if (has_result)
+        fgr_reply_out(q, result, fgr_n_result, 0, fgr_r);
+    fgr_reply_out(q, nbGroups, sizeof(unsigned int), 1, fgr_r);
+    if (has_remaining)
+        fgr_reply_out(q, remaining, sizeof(CUdevResource), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuDevResourceGenerateDesc(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    unsigned int nbResources = (unsigned int)fgr_get_u64(rd);
+    int has_phDesc = fgr_get_u8(rd);
+    CUdevResource *resources = fgr_get_buf(rd, q, fgr_mul((uint64_t)(nbResources), sizeof(CUdevResource)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUdevResourceDesc *phDesc = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_phDesc && !(phDesc = fgr_out(q, sizeof(CUdevResourceDesc))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuDevResourceGenerateDesc)fgr_real[FGR_OP_cuDevResourceGenerateDesc])(phDesc, resources, nbResources);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phDesc)
+            fgr_add(FGR_H_CUdevResourceDesc, (uint64_t)(uintptr_t)*phDesc, 0, 0);
+        if (fgr_out_n(FGR_H_CUdevResourceDesc, phDesc, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_phDesc)
+        fgr_reply_out(q, phDesc, sizeof(CUdevResourceDesc), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuGreenCtxCreate(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdevResourceDesc desc = (CUdevResourceDesc)fgr_in(FGR_H_CUdevResourceDesc, fgr_get_u64(rd));
+    CUdevice dev = (CUdevice)fgr_get_u64(rd);
+    unsigned int flags = (unsigned int)fgr_get_u64(rd);
+    int has_phCtx = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgreenCtx *phCtx = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUdevResourceDesc, (uint64_t)(uintptr_t)desc)))
+        fgr_r = fgr_refuse("cuGreenCtxCreate", "desc", (uint64_t)(uintptr_t)desc, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_phCtx && !(phCtx = fgr_out(q, sizeof(CUgreenCtx))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGreenCtxCreate)fgr_real[FGR_OP_cuGreenCtxCreate])(phCtx, desc, dev, flags);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phCtx)
+            fgr_add(FGR_H_CUgreenCtx, (uint64_t)(uintptr_t)*phCtx, 0, 0);
+        if (fgr_out_n(FGR_H_CUgreenCtx, phCtx, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_phCtx)
+        fgr_reply_out(q, phCtx, sizeof(CUgreenCtx), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuGreenCtxDestroy(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgreenCtx hCtx = (CUgreenCtx)(uintptr_t)fgr_in(FGR_H_CUgreenCtx, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgreenCtx, (uint64_t)(uintptr_t)hCtx)))
+        fgr_r = fgr_refuse("cuGreenCtxDestroy", "hCtx", (uint64_t)(uintptr_t)hCtx, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGreenCtxDestroy)fgr_real[FGR_OP_cuGreenCtxDestroy])(hCtx);
+    if (fgr_r == CUDA_SUCCESS) {
+        fgr_drop(FGR_H_CUgreenCtx, (uint64_t)(uintptr_t)hCtx);
+    }
+    return fgr_r;
+}
+
+static CUresult op_cuCtxFromGreenCtx(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgreenCtx hCtx = (CUgreenCtx)(uintptr_t)fgr_in(FGR_H_CUgreenCtx, fgr_get_u64(rd));
+    int has_pContext = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUcontext *pContext = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgreenCtx, (uint64_t)(uintptr_t)hCtx)))
+        fgr_r = fgr_refuse("cuCtxFromGreenCtx", "hCtx", (uint64_t)(uintptr_t)hCtx, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_pContext && !(pContext = fgr_out(q, sizeof(CUcontext))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuCtxFromGreenCtx)fgr_real[FGR_OP_cuCtxFromGreenCtx])(pContext, hCtx);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (pContext)
+            fgr_add(FGR_H_CUcontext, (uint64_t)(uintptr_t)*pContext, 0, 0);
+        if (fgr_out_n(FGR_H_CUcontext, pContext, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_pContext)
+        fgr_reply_out(q, pContext, sizeof(CUcontext), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuGreenCtxRecordEvent(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgreenCtx hCtx = (CUgreenCtx)(uintptr_t)fgr_in(FGR_H_CUgreenCtx, fgr_get_u64(rd));
+    CUevent hEvent = (CUevent)(uintptr_t)fgr_in(FGR_H_CUevent, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgreenCtx, (uint64_t)(uintptr_t)hCtx)))
+        fgr_r = fgr_refuse("cuGreenCtxRecordEvent", "hCtx", (uint64_t)(uintptr_t)hCtx, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)hEvent)))
+        fgr_r = fgr_refuse("cuGreenCtxRecordEvent", "hEvent", (uint64_t)(uintptr_t)hEvent, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGreenCtxRecordEvent)fgr_real[FGR_OP_cuGreenCtxRecordEvent])(hCtx, hEvent);
+    return fgr_r;
+}
+
+static CUresult op_cuGreenCtxWaitEvent(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgreenCtx hCtx = (CUgreenCtx)(uintptr_t)fgr_in(FGR_H_CUgreenCtx, fgr_get_u64(rd));
+    CUevent hEvent = (CUevent)(uintptr_t)fgr_in(FGR_H_CUevent, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgreenCtx, (uint64_t)(uintptr_t)hCtx)))
+        fgr_r = fgr_refuse("cuGreenCtxWaitEvent", "hCtx", (uint64_t)(uintptr_t)hCtx, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUevent, (uint64_t)(uintptr_t)hEvent)))
+        fgr_r = fgr_refuse("cuGreenCtxWaitEvent", "hEvent", (uint64_t)(uintptr_t)hEvent, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGreenCtxWaitEvent)fgr_real[FGR_OP_cuGreenCtxWaitEvent])(hCtx, hEvent);
+    return fgr_r;
+}
+
+static CUresult op_cuGreenCtxStreamCreate(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgreenCtx greenCtx = (CUgreenCtx)(uintptr_t)fgr_in(FGR_H_CUgreenCtx, fgr_get_u64(rd));
+    unsigned int flags = (unsigned int)fgr_get_u64(rd);
+    int priority = (int)fgr_get_u64(rd);
+    int has_phStream = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUstream *phStream = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgreenCtx, (uint64_t)(uintptr_t)greenCtx)))
+        fgr_r = fgr_refuse("cuGreenCtxStreamCreate", "greenCtx", (uint64_t)(uintptr_t)greenCtx, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_phStream && !(phStream = fgr_out(q, sizeof(CUstream))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGreenCtxStreamCreate)fgr_real[FGR_OP_cuGreenCtxStreamCreate])(phStream, greenCtx, flags, priority);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phStream)
+            fgr_add(FGR_H_CUstream, (uint64_t)(uintptr_t)*phStream, FGR_H_CUgreenCtx, (uint64_t)(uintptr_t)greenCtx);
+        if (fgr_out_n(FGR_H_CUstream, phStream, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_phStream)
+        fgr_reply_out(q, phStream, sizeof(CUstream), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuStreamGetGreenCtx(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUstream hStream = (CUstream)(uintptr_t)fgr_in(FGR_H_CUstream, fgr_get_u64(rd));
+    int has_phCtx = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgreenCtx *phCtx = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUstream, (uint64_t)(uintptr_t)hStream)))
+        fgr_r = fgr_refuse("cuStreamGetGreenCtx", "hStream", (uint64_t)(uintptr_t)hStream, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_phCtx && !(phCtx = fgr_out(q, sizeof(CUgreenCtx))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuStreamGetGreenCtx)fgr_real[FGR_OP_cuStreamGetGreenCtx])(hStream, phCtx);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phCtx)
+            fgr_add(FGR_H_CUgreenCtx, (uint64_t)(uintptr_t)*phCtx, 0, 0);
+        if (fgr_out_n(FGR_H_CUgreenCtx, phCtx, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_phCtx)
+        fgr_reply_out(q, phCtx, sizeof(CUgreenCtx), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuGreenCtxGetId(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgreenCtx greenCtx = (CUgreenCtx)(uintptr_t)fgr_in(FGR_H_CUgreenCtx, fgr_get_u64(rd));
+    int has_greenCtxId = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    unsigned long long *greenCtxId = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgreenCtx, (uint64_t)(uintptr_t)greenCtx)))
+        fgr_r = fgr_refuse("cuGreenCtxGetId", "greenCtx", (uint64_t)(uintptr_t)greenCtx, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_greenCtxId && !(greenCtxId = fgr_out(q, sizeof(unsigned long long))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGreenCtxGetId)fgr_real[FGR_OP_cuGreenCtxGetId])(greenCtx, greenCtxId);
+    if (has_greenCtxId)
+        fgr_reply_out(q, greenCtxId, sizeof(unsigned long long), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_cuMemSetMemPool(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -9400,6 +9709,19 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuUserObjectRelease] = {"cuUserObjectRelease", op_cuUserObjectRelease, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphRetainUserObject] = {"cuGraphRetainUserObject", op_cuGraphRetainUserObject, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphReleaseUserObject] = {"cuGraphReleaseUserObject", op_cuGraphReleaseUserObject, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuDeviceGetDevResource] = {"cuDeviceGetDevResource", op_cuDeviceGetDevResource, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuCtxGetDevResource] = {"cuCtxGetDevResource", op_cuCtxGetDevResource, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGreenCtxGetDevResource] = {"cuGreenCtxGetDevResource", op_cuGreenCtxGetDevResource, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuDevSmResourceSplitByCount] = {"cuDevSmResourceSplitByCount", op_cuDevSmResourceSplitByCount, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuDevResourceGenerateDesc] = {"cuDevResourceGenerateDesc", op_cuDevResourceGenerateDesc, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuGreenCtxCreate] = {"cuGreenCtxCreate", op_cuGreenCtxCreate, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGreenCtxDestroy] = {"cuGreenCtxDestroy", op_cuGreenCtxDestroy, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuCtxFromGreenCtx] = {"cuCtxFromGreenCtx", op_cuCtxFromGreenCtx, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGreenCtxRecordEvent] = {"cuGreenCtxRecordEvent", op_cuGreenCtxRecordEvent, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGreenCtxWaitEvent] = {"cuGreenCtxWaitEvent", op_cuGreenCtxWaitEvent, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGreenCtxStreamCreate] = {"cuGreenCtxStreamCreate", op_cuGreenCtxStreamCreate, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuStreamGetGreenCtx] = {"cuStreamGetGreenCtx", op_cuStreamGetGreenCtx, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGreenCtxGetId] = {"cuGreenCtxGetId", op_cuGreenCtxGetId, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuMemSetMemPool] = {"cuMemSetMemPool", op_cuMemSetMemPool, 0, FGR_SMALL_FRAME},
     [FGR_OP_xt_ctx] = {"xt_ctx", op_xt_ctx, 0, FGR_SMALL_FRAME},
     [FGR_OP_xt_ctx_39] = {"xt_ctx_39", op_xt_ctx_39, 0, FGR_SMALL_FRAME},

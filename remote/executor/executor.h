@@ -265,6 +265,7 @@ enum fgr_handle_kind {
     FGR_H_CUlinkState,
     FGR_H_fgrCtxObject,
     FGR_H_CUuserObject,
+    FGR_H_CUdevResourceDesc,
     FGR_H_MEM /* a device range, by its base */
 };
 extern uint64_t fgr_ctx; /* the request's context: the owner of what it creates */

@@ -79,11 +79,12 @@ var remoteHandles = map[string]bool{
 	"CUcontext": true, "CUmodule": true, "CUfunction": true, "CUlibrary": true, "CUkernel": true,
 	"CUstream": true, "CUevent": true, "CUgraph": true, "CUgraphExec": true, "CUgraphNode": true,
 	"CUarray": true, "CUmipmappedArray": true, "CUmemoryPool": true, "CUmemGenericAllocationHandle": true,
-	"CUgreenCtx": true, "CUlinkState": true, "fgrCtxObject": true,
+	"CUgreenCtx": true, "CUlinkState": true, "fgrCtxObject": true, "CUdevResourceDesc": true,
 }
 
 // deviceWide handles outlive the context they were made in.
-var deviceWide = map[string]bool{"CUcontext": true, "CUmemoryPool": true, "CUmemGenericAllocationHandle": true}
+var deviceWide = map[string]bool{"CUcontext": true, "CUmemoryPool": true, "CUmemGenericAllocationHandle": true,
+	"CUgreenCtx": true, "CUdevResourceDesc": true}
 
 // structHandles are the handles inside structures a request carries.
 var structHandles = map[string][][2]string{
