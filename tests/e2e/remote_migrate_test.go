@@ -472,8 +472,9 @@ func (r *rawConn) result(name string, ctx uint64, args w) uint32 {
 
 // A client's fgrStateAlias (a failover's replay saying where memory the
 // driver placed lies now) names only memory of its own connection, from an
-// address that names nothing of it, once: anything else is refused and the
-// executor serves on.
+// address that names nothing of it, once; without a size, the whole of an
+// allocation that starts there: anything else is refused and the executor
+// serves on.
 func TestRemoteStateAliasHostile(t *testing.T) {
 	p := readProtocol(t)
 	e := newEnv(t)
@@ -481,6 +482,7 @@ func TestRemoteStateAliasHostile(t *testing.T) {
 	x := dialRaw(t, s, p)
 	ctx := handle(x.call("cuDevicePrimaryCtxRetain", 0, w{}.u64(0).u8(1)))
 	mem := handle(x.call("cuMemAlloc_v2", ctx, w{}.u64(4096).u8(1)))
+	other := handle(x.call("cuMemAlloc_v2", ctx, w{}.u64(8192).u8(1)))
 	const free = 0x10000000000 // no memory of the connection's there
 	const invalid = 1          // CUDA_ERROR_INVALID_VALUE
 	for _, c := range []struct {
@@ -489,15 +491,19 @@ func TestRemoteStateAliasHostile(t *testing.T) {
 		want        uint32
 	}{
 		{"memory not the connection's", free, 4096, free + 1<<20, invalid},
-		{"no bytes", free, 0, mem, invalid},
+		{"no size, memory not the connection's", free, 0, free + 1<<20, invalid},
+		{"no size, inside an allocation", free, 0, mem + 64, invalid},
 		{"past the memory's end", free, 8192, mem, invalid},
 		{"from the connection's own memory", mem, 4096, mem, invalid},
 		{"its own memory, from a free address", free, 4096, mem, 0},
 		{"the same address again", free, 4096, mem, invalid},
+		{"no size, a whole allocation", free + 1<<30, 0, other, 0},
+		{"inside the allocation aliased without its size", free + 1<<30 + 4096, 16, other, invalid},
 	} {
 		if got := x.result("fgrStateAlias", ctx, w{}.u64(c.old).u64(c.n).u64(c.now)); got != c.want {
 			t.Errorf("%s: answered %d, want %d", c.name, got, c.want)
 		}
 	}
 	x.call("cuMemFree_v2", ctx, w{}.u64(mem))
+	x.call("cuMemFree_v2", ctx, w{}.u64(other))
 }
