@@ -24,6 +24,9 @@ const char *const fg_api_names[FG_NUM_APIS] = {
     "cuCtxCreate_v2",
     "cuCtxCreate_v4",
     "cuCtxDestroy_v2",
+    "cuGreenCtxCreate",
+    "cuGreenCtxDestroy",
+    "cuCtxFromGreenCtx",
     "cuCtxPushCurrent_v2",
     "cuCtxPopCurrent_v2",
     "cuCtxSetCurrent",
@@ -244,6 +247,9 @@ const char *const fg_api_bases[FG_NUM_APIS] = {
     "cuCtxCreate",
     "cuCtxCreate",
     "cuCtxDestroy",
+    "cuGreenCtxCreate",
+    "cuGreenCtxDestroy",
+    "cuCtxFromGreenCtx",
     "cuCtxPushCurrent",
     "cuCtxPopCurrent",
     "cuCtxSetCurrent",
@@ -454,6 +460,7 @@ const unsigned short fg_api_by_name[FG_NUM_APIS] = {
     FG_API_cuCtxCreate_v2,
     FG_API_cuCtxCreate_v4,
     FG_API_cuCtxDestroy_v2,
+    FG_API_cuCtxFromGreenCtx,
     FG_API_cuCtxGetCurrent,
     FG_API_cuCtxGetDevice,
     FG_API_cuCtxGetDevice_v2,
@@ -524,6 +531,8 @@ const unsigned short fg_api_by_name[FG_NUM_APIS] = {
     FG_API_cuGraphNodeGetType,
     FG_API_cuGraphUpload,
     FG_API_cuGraphUpload_ptsz,
+    FG_API_cuGreenCtxCreate,
+    FG_API_cuGreenCtxDestroy,
     FG_API_cuInit,
     FG_API_cuKernelGetFunction,
     FG_API_cuLaunchCooperativeKernel,
@@ -681,7 +690,7 @@ unsigned char fg_policy_on[FG_NUM_POLICIES] = {
  * it diverts on demand). */
 static const unsigned short hooks_procaddr[] = {FG_API_cuGetProcAddress, FG_API_cuGetProcAddress_v2, 0xffff};
 static const unsigned short hooks_census[] = {FG_API_cuGetExportTable, 0xffff};
-static const unsigned short hooks_mem[] = {FG_API_cuInit, FG_API_cuDeviceTotalMem_v2, FG_API_cuDevicePrimaryCtxRetain, FG_API_cuDevicePrimaryCtxRelease_v2, FG_API_cuDevicePrimaryCtxReset_v2, FG_API_cuCtxCreate_v2, FG_API_cuCtxCreate_v4, FG_API_cuCtxDestroy_v2, FG_API_cuCtxSynchronize, FG_API_cuCtxSynchronize_v2, FG_API_cuCtxSetLimit, FG_API_cuMemGetInfo_v2, FG_API_cuMemAlloc_v2, FG_API_cuMemAllocPitch_v2, FG_API_cuMemFree_v2, FG_API_cuMemAllocManaged, FG_API_cuMemAllocAsync, FG_API_cuMemAllocAsync_ptsz, FG_API_cuMemAllocFromPoolAsync, FG_API_cuMemAllocFromPoolAsync_ptsz, FG_API_cuMemPoolCreate, FG_API_cuMemPoolDestroy, FG_API_cuMemPoolTrimTo, FG_API_cuMemCreate, FG_API_cuMemRelease, FG_API_cuMemMap, FG_API_cuMemUnmap, FG_API_cuArrayCreate_v2, FG_API_cuArray3DCreate_v2, FG_API_cuArrayDestroy, FG_API_cuMipmappedArrayCreate, FG_API_cuMipmappedArrayDestroy, FG_API_cuModuleLoad, FG_API_cuModuleLoadData, FG_API_cuModuleLoadDataEx, FG_API_cuModuleLoadFatBinary, FG_API_cuModuleUnload, FG_API_cuModuleGetFunction, FG_API_cuLibraryLoadData, FG_API_cuLibraryUnload, FG_API_cuLibraryGetKernel, FG_API_cuKernelGetFunction, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuDeviceGraphMemTrim, FG_API_cuGraphInstantiateWithFlags, FG_API_cuGraphInstantiateWithParams, FG_API_cuGraphInstantiateWithParams_ptsz, FG_API_cuGraphUpload, FG_API_cuGraphUpload_ptsz, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, FG_API_cuGraphExecDestroy, FG_API_nvmlDeviceGetMemoryInfo, FG_API_nvmlDeviceGetMemoryInfo_v2, FG_API_nvmlDeviceGetComputeRunningProcesses_v3, FG_API_nvmlDeviceGetGraphicsRunningProcesses_v3, FG_API_nvmlDeviceGetMPSComputeRunningProcesses_v3, FG_API_nvmlDeviceGetProcessUtilization, 0xffff};
+static const unsigned short hooks_mem[] = {FG_API_cuInit, FG_API_cuDeviceTotalMem_v2, FG_API_cuDevicePrimaryCtxRetain, FG_API_cuDevicePrimaryCtxRelease_v2, FG_API_cuDevicePrimaryCtxReset_v2, FG_API_cuCtxCreate_v2, FG_API_cuCtxCreate_v4, FG_API_cuCtxDestroy_v2, FG_API_cuGreenCtxCreate, FG_API_cuGreenCtxDestroy, FG_API_cuCtxSynchronize, FG_API_cuCtxSynchronize_v2, FG_API_cuCtxSetLimit, FG_API_cuMemGetInfo_v2, FG_API_cuMemAlloc_v2, FG_API_cuMemAllocPitch_v2, FG_API_cuMemFree_v2, FG_API_cuMemAllocManaged, FG_API_cuMemAllocAsync, FG_API_cuMemAllocAsync_ptsz, FG_API_cuMemAllocFromPoolAsync, FG_API_cuMemAllocFromPoolAsync_ptsz, FG_API_cuMemPoolCreate, FG_API_cuMemPoolDestroy, FG_API_cuMemPoolTrimTo, FG_API_cuMemCreate, FG_API_cuMemRelease, FG_API_cuMemMap, FG_API_cuMemUnmap, FG_API_cuArrayCreate_v2, FG_API_cuArray3DCreate_v2, FG_API_cuArrayDestroy, FG_API_cuMipmappedArrayCreate, FG_API_cuMipmappedArrayDestroy, FG_API_cuModuleLoad, FG_API_cuModuleLoadData, FG_API_cuModuleLoadDataEx, FG_API_cuModuleLoadFatBinary, FG_API_cuModuleUnload, FG_API_cuModuleGetFunction, FG_API_cuLibraryLoadData, FG_API_cuLibraryUnload, FG_API_cuLibraryGetKernel, FG_API_cuKernelGetFunction, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuDeviceGraphMemTrim, FG_API_cuGraphInstantiateWithFlags, FG_API_cuGraphInstantiateWithParams, FG_API_cuGraphInstantiateWithParams_ptsz, FG_API_cuGraphUpload, FG_API_cuGraphUpload_ptsz, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, FG_API_cuGraphExecDestroy, FG_API_nvmlDeviceGetMemoryInfo, FG_API_nvmlDeviceGetMemoryInfo_v2, FG_API_nvmlDeviceGetComputeRunningProcesses_v3, FG_API_nvmlDeviceGetGraphicsRunningProcesses_v3, FG_API_nvmlDeviceGetMPSComputeRunningProcesses_v3, FG_API_nvmlDeviceGetProcessUtilization, 0xffff};
 static const unsigned short hooks_compute[] = {FG_API_cuCtxSynchronize, FG_API_cuCtxSynchronize_v2, FG_API_cuMemcpyHtoD_v2, FG_API_cuMemcpyHtoD_v2_ptds, FG_API_cuMemcpyDtoH_v2, FG_API_cuMemcpyDtoH_v2_ptds, FG_API_cuMemcpyDtoD_v2, FG_API_cuMemcpyDtoD_v2_ptds, FG_API_cuMemcpy, FG_API_cuMemcpy_ptds, FG_API_cuMemcpyHtoDAsync_v2, FG_API_cuMemcpyHtoDAsync_v2_ptsz, FG_API_cuMemcpyDtoHAsync_v2, FG_API_cuMemcpyDtoHAsync_v2_ptsz, FG_API_cuMemcpyDtoDAsync_v2, FG_API_cuMemcpyDtoDAsync_v2_ptsz, FG_API_cuMemcpyAsync, FG_API_cuMemcpyAsync_ptsz, FG_API_cuMemcpyPeer, FG_API_cuMemcpyPeer_ptds, FG_API_cuMemcpyPeerAsync, FG_API_cuMemcpyPeerAsync_ptsz, FG_API_cuMemcpy2D_v2, FG_API_cuMemcpy2D_v2_ptds, FG_API_cuMemcpy2DUnaligned_v2, FG_API_cuMemcpy2DUnaligned_v2_ptds, FG_API_cuMemcpy2DAsync_v2, FG_API_cuMemcpy2DAsync_v2_ptsz, FG_API_cuMemcpy3D_v2, FG_API_cuMemcpy3D_v2_ptds, FG_API_cuMemcpy3DAsync_v2, FG_API_cuMemcpy3DAsync_v2_ptsz, FG_API_cuMemsetD8_v2, FG_API_cuMemsetD8_v2_ptds, FG_API_cuMemsetD32_v2, FG_API_cuMemsetD32_v2_ptds, FG_API_cuMemsetD8Async, FG_API_cuMemsetD8Async_ptsz, FG_API_cuMemsetD32Async, FG_API_cuMemsetD32Async_ptsz, FG_API_cuMemsetD16_v2, FG_API_cuMemsetD16_v2_ptds, FG_API_cuMemsetD16Async, FG_API_cuMemsetD16Async_ptsz, FG_API_cuMemsetD2D8_v2, FG_API_cuMemsetD2D8_v2_ptds, FG_API_cuMemsetD2D8Async, FG_API_cuMemsetD2D8Async_ptsz, FG_API_cuMemsetD2D16_v2, FG_API_cuMemsetD2D16_v2_ptds, FG_API_cuMemsetD2D16Async, FG_API_cuMemsetD2D16Async_ptsz, FG_API_cuMemsetD2D32_v2, FG_API_cuMemsetD2D32_v2_ptds, FG_API_cuMemsetD2D32Async, FG_API_cuMemsetD2D32Async_ptsz, FG_API_cuLaunchKernel, FG_API_cuLaunchKernel_ptsz, FG_API_cuLaunchKernelEx, FG_API_cuLaunchKernelEx_ptsz, FG_API_cuLaunchCooperativeKernel, FG_API_cuLaunchCooperativeKernel_ptsz, FG_API_cuStreamSynchronize, FG_API_cuStreamSynchronize_ptsz, FG_API_cuEventSynchronize, FG_API_cuGraphLaunch, FG_API_cuGraphLaunch_ptsz, 0xffff};
 
 void fg_policy_enable(enum fg_policy p)
@@ -1088,6 +1097,60 @@ FG_SLOW CUresult fg_slow_cuCtxDestroy_v2(CUcontext ctx)
 
 FG_FAST_PATH(cuCtxDestroy_v2, 21)
 
+FG_SLOW CUresult fg_slow_cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags)
+{
+    fg_real_cuGreenCtxCreate real = (fg_real_cuGreenCtxCreate)fg_real_fn(FG_API_cuGreenCtxCreate);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuGreenCtxCreate);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGreenCtxCreate(real, phCtx, desc, dev, flags) : real(phCtx, desc, dev, flags));
+    uint64_t t0 = fg_now_ns();
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGreenCtxCreate(real, phCtx, desc, dev, flags) : real(phCtx, desc, dev, flags));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuGreenCtxCreate, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuGreenCtxCreate, (int)r, dt, "phCtx=%p, desc=%p, dev=%d, flags=%u", (const void *)phCtx, (const void *)desc, dev, (unsigned)flags);
+    return r;
+}
+
+FG_FAST_PATH(cuGreenCtxCreate, 22)
+
+FG_SLOW CUresult fg_slow_cuGreenCtxDestroy(CUgreenCtx hCtx)
+{
+    fg_real_cuGreenCtxDestroy real = (fg_real_cuGreenCtxDestroy)fg_real_fn(FG_API_cuGreenCtxDestroy);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuGreenCtxDestroy);
+    if (!fg_tracing)
+        return (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGreenCtxDestroy(real, hCtx) : real(hCtx));
+    uint64_t t0 = fg_now_ns();
+    CUresult r = (fg_policy_on[FG_POLICY_MEM] ? fg_mem_cuGreenCtxDestroy(real, hCtx) : real(hCtx));
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuGreenCtxDestroy, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuGreenCtxDestroy, (int)r, dt, "hCtx=%p", (const void *)hCtx);
+    return r;
+}
+
+FG_FAST_PATH(cuGreenCtxDestroy, 23)
+
+FG_SLOW CUresult fg_slow_cuCtxFromGreenCtx(CUcontext *pContext, CUgreenCtx hCtx)
+{
+    fg_real_cuCtxFromGreenCtx real = (fg_real_cuCtxFromGreenCtx)fg_real_fn(FG_API_cuCtxFromGreenCtx);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuCtxFromGreenCtx);
+    if (!fg_tracing)
+        return real(pContext, hCtx);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(pContext, hCtx);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuCtxFromGreenCtx, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuCtxFromGreenCtx, (int)r, dt, "pContext=%p, hCtx=%p", (const void *)pContext, (const void *)hCtx);
+    return r;
+}
+
+FG_FAST_PATH(cuCtxFromGreenCtx, 24)
+
 FG_SLOW CUresult fg_slow_cuCtxPushCurrent_v2(CUcontext ctx)
 {
     fg_real_cuCtxPushCurrent_v2 real = (fg_real_cuCtxPushCurrent_v2)fg_real_fn(FG_API_cuCtxPushCurrent_v2);
@@ -1104,7 +1167,7 @@ FG_SLOW CUresult fg_slow_cuCtxPushCurrent_v2(CUcontext ctx)
     return r;
 }
 
-FG_FAST_PATH(cuCtxPushCurrent_v2, 22)
+FG_FAST_PATH(cuCtxPushCurrent_v2, 25)
 
 FG_SLOW CUresult fg_slow_cuCtxPopCurrent_v2(CUcontext *pctx)
 {
@@ -1122,7 +1185,7 @@ FG_SLOW CUresult fg_slow_cuCtxPopCurrent_v2(CUcontext *pctx)
     return r;
 }
 
-FG_FAST_PATH(cuCtxPopCurrent_v2, 23)
+FG_FAST_PATH(cuCtxPopCurrent_v2, 26)
 
 FG_SLOW CUresult fg_slow_cuCtxSetCurrent(CUcontext ctx)
 {
@@ -1140,7 +1203,7 @@ FG_SLOW CUresult fg_slow_cuCtxSetCurrent(CUcontext ctx)
     return r;
 }
 
-FG_FAST_PATH(cuCtxSetCurrent, 24)
+FG_FAST_PATH(cuCtxSetCurrent, 27)
 
 FG_SLOW CUresult fg_slow_cuCtxGetCurrent(CUcontext *pctx)
 {
@@ -1158,7 +1221,7 @@ FG_SLOW CUresult fg_slow_cuCtxGetCurrent(CUcontext *pctx)
     return r;
 }
 
-FG_FAST_PATH(cuCtxGetCurrent, 25)
+FG_FAST_PATH(cuCtxGetCurrent, 28)
 
 FG_SLOW CUresult fg_slow_cuCtxGetDevice(CUdevice *device)
 {
@@ -1176,7 +1239,7 @@ FG_SLOW CUresult fg_slow_cuCtxGetDevice(CUdevice *device)
     return r;
 }
 
-FG_FAST_PATH(cuCtxGetDevice, 26)
+FG_FAST_PATH(cuCtxGetDevice, 29)
 
 FG_SLOW CUresult fg_slow_cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
 {
@@ -1194,7 +1257,7 @@ FG_SLOW CUresult fg_slow_cuCtxGetDevice_v2(CUdevice *device, CUcontext ctx)
     return r;
 }
 
-FG_FAST_PATH(cuCtxGetDevice_v2, 27)
+FG_FAST_PATH(cuCtxGetDevice_v2, 30)
 
 static CUresult fg_layer1_cuCtxSynchronize(void)
 {
@@ -1218,7 +1281,7 @@ FG_SLOW CUresult fg_slow_cuCtxSynchronize(void)
     return r;
 }
 
-FG_FAST_PATH(cuCtxSynchronize, 28)
+FG_FAST_PATH(cuCtxSynchronize, 31)
 
 static CUresult fg_layer1_cuCtxSynchronize_v2(CUcontext ctx)
 {
@@ -1242,7 +1305,7 @@ FG_SLOW CUresult fg_slow_cuCtxSynchronize_v2(CUcontext ctx)
     return r;
 }
 
-FG_FAST_PATH(cuCtxSynchronize_v2, 29)
+FG_FAST_PATH(cuCtxSynchronize_v2, 32)
 
 FG_SLOW CUresult fg_slow_cuCtxSetLimit(CUlimit limit, size_t value)
 {
@@ -1260,7 +1323,7 @@ FG_SLOW CUresult fg_slow_cuCtxSetLimit(CUlimit limit, size_t value)
     return r;
 }
 
-FG_FAST_PATH(cuCtxSetLimit, 30)
+FG_FAST_PATH(cuCtxSetLimit, 33)
 
 FG_SLOW CUresult fg_slow_cuMemGetInfo_v2(size_t *free, size_t *total)
 {
@@ -1278,7 +1341,7 @@ FG_SLOW CUresult fg_slow_cuMemGetInfo_v2(size_t *free, size_t *total)
     return r;
 }
 
-FG_FAST_PATH(cuMemGetInfo_v2, 31)
+FG_FAST_PATH(cuMemGetInfo_v2, 34)
 
 FG_SLOW CUresult fg_slow_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
@@ -1296,7 +1359,7 @@ FG_SLOW CUresult fg_slow_cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     return r;
 }
 
-FG_FAST_PATH(cuMemAlloc_v2, 32)
+FG_FAST_PATH(cuMemAlloc_v2, 35)
 
 FG_SLOW CUresult fg_slow_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t WidthInBytes, size_t Height, unsigned int ElementSizeBytes)
 {
@@ -1314,7 +1377,7 @@ FG_SLOW CUresult fg_slow_cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, s
     return r;
 }
 
-FG_FAST_PATH(cuMemAllocPitch_v2, 33)
+FG_FAST_PATH(cuMemAllocPitch_v2, 36)
 
 FG_SLOW CUresult fg_slow_cuMemFree_v2(CUdeviceptr dptr)
 {
@@ -1332,7 +1395,7 @@ FG_SLOW CUresult fg_slow_cuMemFree_v2(CUdeviceptr dptr)
     return r;
 }
 
-FG_FAST_PATH(cuMemFree_v2, 34)
+FG_FAST_PATH(cuMemFree_v2, 37)
 
 FG_SLOW CUresult fg_slow_cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, unsigned int flags)
 {
@@ -1350,7 +1413,7 @@ FG_SLOW CUresult fg_slow_cuMemAllocManaged(CUdeviceptr *dptr, size_t bytesize, u
     return r;
 }
 
-FG_FAST_PATH(cuMemAllocManaged, 35)
+FG_FAST_PATH(cuMemAllocManaged, 38)
 
 FG_SLOW CUresult fg_slow_cuMemAllocHost_v2(void **pp, size_t bytesize)
 {
@@ -1368,7 +1431,7 @@ FG_SLOW CUresult fg_slow_cuMemAllocHost_v2(void **pp, size_t bytesize)
     return r;
 }
 
-FG_FAST_PATH(cuMemAllocHost_v2, 36)
+FG_FAST_PATH(cuMemAllocHost_v2, 39)
 
 FG_SLOW CUresult fg_slow_cuMemFreeHost(void *p)
 {
@@ -1386,7 +1449,7 @@ FG_SLOW CUresult fg_slow_cuMemFreeHost(void *p)
     return r;
 }
 
-FG_FAST_PATH(cuMemFreeHost, 37)
+FG_FAST_PATH(cuMemFreeHost, 40)
 
 FG_SLOW CUresult fg_slow_cuMemHostAlloc(void **pp, size_t bytesize, unsigned int Flags)
 {
@@ -1404,7 +1467,7 @@ FG_SLOW CUresult fg_slow_cuMemHostAlloc(void **pp, size_t bytesize, unsigned int
     return r;
 }
 
-FG_FAST_PATH(cuMemHostAlloc, 38)
+FG_FAST_PATH(cuMemHostAlloc, 41)
 
 FG_SLOW CUresult fg_slow_cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
@@ -1422,7 +1485,7 @@ FG_SLOW CUresult fg_slow_cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psi
     return r;
 }
 
-FG_FAST_PATH(cuMemGetAddressRange_v2, 39)
+FG_FAST_PATH(cuMemGetAddressRange_v2, 42)
 
 FG_SLOW CUresult fg_slow_cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
@@ -1440,7 +1503,7 @@ FG_SLOW CUresult fg_slow_cuMemAllocAsync(CUdeviceptr *dptr, size_t bytesize, CUs
     return r;
 }
 
-FG_FAST_PATH(cuMemAllocAsync, 40)
+FG_FAST_PATH(cuMemAllocAsync, 43)
 
 FG_SLOW CUresult fg_slow_cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUstream hStream)
 {
@@ -1458,7 +1521,7 @@ FG_SLOW CUresult fg_slow_cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytesize
     return r;
 }
 
-FG_FAST_PATH(cuMemAllocAsync_ptsz, 41)
+FG_FAST_PATH(cuMemAllocAsync_ptsz, 44)
 
 FG_SLOW CUresult fg_slow_cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
 {
@@ -1476,7 +1539,7 @@ FG_SLOW CUresult fg_slow_cuMemFreeAsync(CUdeviceptr dptr, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuMemFreeAsync, 42)
+FG_FAST_PATH(cuMemFreeAsync, 45)
 
 FG_SLOW CUresult fg_slow_cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
 {
@@ -1494,7 +1557,7 @@ FG_SLOW CUresult fg_slow_cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuMemFreeAsync_ptsz, 43)
+FG_FAST_PATH(cuMemFreeAsync_ptsz, 46)
 
 FG_SLOW CUresult fg_slow_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
@@ -1512,7 +1575,7 @@ FG_SLOW CUresult fg_slow_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes
     return r;
 }
 
-FG_FAST_PATH(cuMemAllocFromPoolAsync, 44)
+FG_FAST_PATH(cuMemAllocFromPoolAsync, 47)
 
 FG_SLOW CUresult fg_slow_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
@@ -1530,7 +1593,7 @@ FG_SLOW CUresult fg_slow_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t 
     return r;
 }
 
-FG_FAST_PATH(cuMemAllocFromPoolAsync_ptsz, 45)
+FG_FAST_PATH(cuMemAllocFromPoolAsync_ptsz, 48)
 
 FG_SLOW CUresult fg_slow_cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
 {
@@ -1548,7 +1611,7 @@ FG_SLOW CUresult fg_slow_cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProp
     return r;
 }
 
-FG_FAST_PATH(cuMemPoolCreate, 46)
+FG_FAST_PATH(cuMemPoolCreate, 49)
 
 FG_SLOW CUresult fg_slow_cuMemPoolDestroy(CUmemoryPool pool)
 {
@@ -1566,7 +1629,7 @@ FG_SLOW CUresult fg_slow_cuMemPoolDestroy(CUmemoryPool pool)
     return r;
 }
 
-FG_FAST_PATH(cuMemPoolDestroy, 47)
+FG_FAST_PATH(cuMemPoolDestroy, 50)
 
 FG_SLOW CUresult fg_slow_cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 {
@@ -1584,7 +1647,7 @@ FG_SLOW CUresult fg_slow_cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKee
     return r;
 }
 
-FG_FAST_PATH(cuMemPoolTrimTo, 48)
+FG_FAST_PATH(cuMemPoolTrimTo, 51)
 
 FG_SLOW CUresult fg_slow_cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
@@ -1602,7 +1665,7 @@ FG_SLOW CUresult fg_slow_cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attr
     return r;
 }
 
-FG_FAST_PATH(cuMemPoolGetAttribute, 49)
+FG_FAST_PATH(cuMemPoolGetAttribute, 52)
 
 FG_SLOW CUresult fg_slow_cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
 {
@@ -1620,7 +1683,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGetMemPool, 50)
+FG_FAST_PATH(cuDeviceGetMemPool, 53)
 
 FG_SLOW CUresult fg_slow_cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
 {
@@ -1638,7 +1701,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdev
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGetDefaultMemPool, 51)
+FG_FAST_PATH(cuDeviceGetDefaultMemPool, 54)
 
 FG_SLOW CUresult fg_slow_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags)
 {
@@ -1656,7 +1719,7 @@ FG_SLOW CUresult fg_slow_cuMemCreate(CUmemGenericAllocationHandle *handle, size_
     return r;
 }
 
-FG_FAST_PATH(cuMemCreate, 52)
+FG_FAST_PATH(cuMemCreate, 55)
 
 FG_SLOW CUresult fg_slow_cuMemRelease(CUmemGenericAllocationHandle handle)
 {
@@ -1674,7 +1737,7 @@ FG_SLOW CUresult fg_slow_cuMemRelease(CUmemGenericAllocationHandle handle)
     return r;
 }
 
-FG_FAST_PATH(cuMemRelease, 53)
+FG_FAST_PATH(cuMemRelease, 56)
 
 FG_SLOW CUresult fg_slow_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags)
 {
@@ -1692,7 +1755,7 @@ FG_SLOW CUresult fg_slow_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size
     return r;
 }
 
-FG_FAST_PATH(cuMemAddressReserve, 54)
+FG_FAST_PATH(cuMemAddressReserve, 57)
 
 FG_SLOW CUresult fg_slow_cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
@@ -1710,7 +1773,7 @@ FG_SLOW CUresult fg_slow_cuMemAddressFree(CUdeviceptr ptr, size_t size)
     return r;
 }
 
-FG_FAST_PATH(cuMemAddressFree, 55)
+FG_FAST_PATH(cuMemAddressFree, 58)
 
 FG_SLOW CUresult fg_slow_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
@@ -1728,7 +1791,7 @@ FG_SLOW CUresult fg_slow_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, C
     return r;
 }
 
-FG_FAST_PATH(cuMemMap, 56)
+FG_FAST_PATH(cuMemMap, 59)
 
 FG_SLOW CUresult fg_slow_cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
@@ -1746,7 +1809,7 @@ FG_SLOW CUresult fg_slow_cuMemUnmap(CUdeviceptr ptr, size_t size)
     return r;
 }
 
-FG_FAST_PATH(cuMemUnmap, 57)
+FG_FAST_PATH(cuMemUnmap, 60)
 
 FG_SLOW CUresult fg_slow_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
@@ -1764,7 +1827,7 @@ FG_SLOW CUresult fg_slow_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUme
     return r;
 }
 
-FG_FAST_PATH(cuMemSetAccess, 58)
+FG_FAST_PATH(cuMemSetAccess, 61)
 
 FG_SLOW CUresult fg_slow_cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
 {
@@ -1782,7 +1845,7 @@ FG_SLOW CUresult fg_slow_cuMemRetainAllocationHandle(CUmemGenericAllocationHandl
     return r;
 }
 
-FG_FAST_PATH(cuMemRetainAllocationHandle, 59)
+FG_FAST_PATH(cuMemRetainAllocationHandle, 62)
 
 FG_SLOW CUresult fg_slow_cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option)
 {
@@ -1800,7 +1863,7 @@ FG_SLOW CUresult fg_slow_cuMemGetAllocationGranularity(size_t *granularity, cons
     return r;
 }
 
-FG_FAST_PATH(cuMemGetAllocationGranularity, 60)
+FG_FAST_PATH(cuMemGetAllocationGranularity, 63)
 
 FG_SLOW CUresult fg_slow_cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray)
 {
@@ -1818,7 +1881,7 @@ FG_SLOW CUresult fg_slow_cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DES
     return r;
 }
 
-FG_FAST_PATH(cuArrayCreate_v2, 61)
+FG_FAST_PATH(cuArrayCreate_v2, 64)
 
 FG_SLOW CUresult fg_slow_cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray)
 {
@@ -1836,7 +1899,7 @@ FG_SLOW CUresult fg_slow_cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D
     return r;
 }
 
-FG_FAST_PATH(cuArray3DCreate_v2, 62)
+FG_FAST_PATH(cuArray3DCreate_v2, 65)
 
 FG_SLOW CUresult fg_slow_cuArrayDestroy(CUarray hArray)
 {
@@ -1854,7 +1917,7 @@ FG_SLOW CUresult fg_slow_cuArrayDestroy(CUarray hArray)
     return r;
 }
 
-FG_FAST_PATH(cuArrayDestroy, 63)
+FG_FAST_PATH(cuArrayDestroy, 66)
 
 FG_SLOW CUresult fg_slow_cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc, unsigned int numMipmapLevels)
 {
@@ -1872,7 +1935,7 @@ FG_SLOW CUresult fg_slow_cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const
     return r;
 }
 
-FG_FAST_PATH(cuMipmappedArrayCreate, 64)
+FG_FAST_PATH(cuMipmappedArrayCreate, 67)
 
 FG_SLOW CUresult fg_slow_cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 {
@@ -1890,7 +1953,7 @@ FG_SLOW CUresult fg_slow_cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArra
     return r;
 }
 
-FG_FAST_PATH(cuMipmappedArrayDestroy, 65)
+FG_FAST_PATH(cuMipmappedArrayDestroy, 68)
 
 FG_SLOW CUresult fg_slow_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
@@ -1908,7 +1971,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcH
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyHtoD_v2, 66)
+FG_FAST_PATH(cuMemcpyHtoD_v2, 69)
 
 FG_SLOW CUresult fg_slow_cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
@@ -1926,7 +1989,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void 
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyHtoD_v2_ptds, 67)
+FG_FAST_PATH(cuMemcpyHtoD_v2_ptds, 70)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
@@ -1944,7 +2007,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, s
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoH_v2, 68)
+FG_FAST_PATH(cuMemcpyDtoH_v2, 71)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
@@ -1962,7 +2025,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevi
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoH_v2_ptds, 69)
+FG_FAST_PATH(cuMemcpyDtoH_v2_ptds, 72)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
@@ -1980,7 +2043,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcD
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoD_v2, 70)
+FG_FAST_PATH(cuMemcpyDtoD_v2, 73)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
@@ -1998,7 +2061,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoD_v2_ptds, 71)
+FG_FAST_PATH(cuMemcpyDtoD_v2_ptds, 74)
 
 FG_SLOW CUresult fg_slow_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
@@ -2016,7 +2079,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteC
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy, 72)
+FG_FAST_PATH(cuMemcpy, 75)
 
 FG_SLOW CUresult fg_slow_cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
@@ -2034,7 +2097,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t 
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy_ptds, 73)
+FG_FAST_PATH(cuMemcpy_ptds, 76)
 
 FG_SLOW CUresult fg_slow_cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
@@ -2052,7 +2115,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void 
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyHtoDAsync_v2, 74)
+FG_FAST_PATH(cuMemcpyHtoDAsync_v2, 77)
 
 FG_SLOW CUresult fg_slow_cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
@@ -2070,7 +2133,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const 
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyHtoDAsync_v2_ptsz, 75)
+FG_FAST_PATH(cuMemcpyHtoDAsync_v2_ptsz, 78)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
@@ -2088,7 +2151,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevi
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoHAsync_v2, 76)
+FG_FAST_PATH(cuMemcpyDtoHAsync_v2, 79)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
@@ -2106,7 +2169,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr sr
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoHAsync_v2_ptsz, 77)
+FG_FAST_PATH(cuMemcpyDtoHAsync_v2_ptsz, 80)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
@@ -2124,7 +2187,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoDAsync_v2, 78)
+FG_FAST_PATH(cuMemcpyDtoDAsync_v2, 81)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
@@ -2142,7 +2205,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdevi
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoDAsync_v2_ptsz, 79)
+FG_FAST_PATH(cuMemcpyDtoDAsync_v2_ptsz, 82)
 
 FG_SLOW CUresult fg_slow_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
 {
@@ -2160,7 +2223,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t 
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyAsync, 80)
+FG_FAST_PATH(cuMemcpyAsync, 83)
 
 FG_SLOW CUresult fg_slow_cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
 {
@@ -2178,7 +2241,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, si
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyAsync_ptsz, 81)
+FG_FAST_PATH(cuMemcpyAsync_ptsz, 84)
 
 FG_SLOW CUresult fg_slow_cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
 {
@@ -2196,7 +2259,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContex
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyPeer, 82)
+FG_FAST_PATH(cuMemcpyPeer, 85)
 
 FG_SLOW CUresult fg_slow_cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
 {
@@ -2214,7 +2277,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstC
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyPeer_ptds, 83)
+FG_FAST_PATH(cuMemcpyPeer_ptds, 86)
 
 FG_SLOW CUresult fg_slow_cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
 {
@@ -2232,7 +2295,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstC
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyPeerAsync, 84)
+FG_FAST_PATH(cuMemcpyPeerAsync, 87)
 
 FG_SLOW CUresult fg_slow_cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
 {
@@ -2250,7 +2313,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyPeerAsync_ptsz, 85)
+FG_FAST_PATH(cuMemcpyPeerAsync_ptsz, 88)
 
 FG_SLOW CUresult fg_slow_cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
 {
@@ -2268,7 +2331,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy2D_v2, 86)
+FG_FAST_PATH(cuMemcpy2D_v2, 89)
 
 FG_SLOW CUresult fg_slow_cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *pCopy)
 {
@@ -2286,7 +2349,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *pCopy)
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy2D_v2_ptds, 87)
+FG_FAST_PATH(cuMemcpy2D_v2_ptds, 90)
 
 FG_SLOW CUresult fg_slow_cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *pCopy)
 {
@@ -2304,7 +2367,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *pCopy)
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy2DUnaligned_v2, 88)
+FG_FAST_PATH(cuMemcpy2DUnaligned_v2, 91)
 
 FG_SLOW CUresult fg_slow_cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *pCopy)
 {
@@ -2322,7 +2385,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *pCopy)
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy2DUnaligned_v2_ptds, 89)
+FG_FAST_PATH(cuMemcpy2DUnaligned_v2_ptds, 92)
 
 FG_SLOW CUresult fg_slow_cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
 {
@@ -2340,7 +2403,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy2DAsync_v2, 90)
+FG_FAST_PATH(cuMemcpy2DAsync_v2, 93)
 
 FG_SLOW CUresult fg_slow_cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
 {
@@ -2358,7 +2421,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *pCopy, CUs
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy2DAsync_v2_ptsz, 91)
+FG_FAST_PATH(cuMemcpy2DAsync_v2_ptsz, 94)
 
 FG_SLOW CUresult fg_slow_cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
 {
@@ -2376,7 +2439,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy3D_v2, 92)
+FG_FAST_PATH(cuMemcpy3D_v2, 95)
 
 FG_SLOW CUresult fg_slow_cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *pCopy)
 {
@@ -2394,7 +2457,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *pCopy)
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy3D_v2_ptds, 93)
+FG_FAST_PATH(cuMemcpy3D_v2_ptds, 96)
 
 FG_SLOW CUresult fg_slow_cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
 {
@@ -2412,7 +2475,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *pCopy, CUstream
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy3DAsync_v2, 94)
+FG_FAST_PATH(cuMemcpy3DAsync_v2, 97)
 
 FG_SLOW CUresult fg_slow_cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
 {
@@ -2430,7 +2493,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *pCopy, CUs
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy3DAsync_v2_ptsz, 95)
+FG_FAST_PATH(cuMemcpy3DAsync_v2_ptsz, 98)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
@@ -2448,7 +2511,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, 
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8_v2, 96)
+FG_FAST_PATH(cuMemsetD8_v2, 99)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
@@ -2466,7 +2529,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8_v2_ptds, 97)
+FG_FAST_PATH(cuMemsetD8_v2_ptds, 100)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
@@ -2484,7 +2547,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, 
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32_v2, 98)
+FG_FAST_PATH(cuMemsetD32_v2, 101)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
@@ -2502,7 +2565,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32_v2_ptds, 99)
+FG_FAST_PATH(cuMemsetD32_v2_ptds, 102)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
@@ -2520,7 +2583,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8Async, 100)
+FG_FAST_PATH(cuMemsetD8Async, 103)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
@@ -2538,7 +2601,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned ch
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8Async_ptsz, 101)
+FG_FAST_PATH(cuMemsetD8Async_ptsz, 104)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
@@ -2556,7 +2619,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32Async, 102)
+FG_FAST_PATH(cuMemsetD32Async, 105)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
@@ -2574,7 +2637,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned i
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32Async_ptsz, 103)
+FG_FAST_PATH(cuMemsetD32Async_ptsz, 106)
 
 FG_SLOW CUresult fg_slow_cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N)
 {
@@ -2592,7 +2655,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD16_v2, 104)
+FG_FAST_PATH(cuMemsetD16_v2, 107)
 
 FG_SLOW CUresult fg_slow_cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N)
 {
@@ -2610,7 +2673,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned sho
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD16_v2_ptds, 105)
+FG_FAST_PATH(cuMemsetD16_v2_ptds, 108)
 
 FG_SLOW CUresult fg_slow_cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
 {
@@ -2628,7 +2691,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short 
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD16Async, 106)
+FG_FAST_PATH(cuMemsetD16Async, 109)
 
 FG_SLOW CUresult fg_slow_cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
 {
@@ -2646,7 +2709,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned s
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD16Async_ptsz, 107)
+FG_FAST_PATH(cuMemsetD16Async_ptsz, 110)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
 {
@@ -2664,7 +2727,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t dstPitch,
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D8_v2, 108)
+FG_FAST_PATH(cuMemsetD2D8_v2, 111)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
 {
@@ -2682,7 +2745,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstP
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D8_v2_ptds, 109)
+FG_FAST_PATH(cuMemsetD2D8_v2_ptds, 112)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
 {
@@ -2700,7 +2763,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitc
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D8Async, 110)
+FG_FAST_PATH(cuMemsetD2D8Async, 113)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D8Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
 {
@@ -2718,7 +2781,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D8Async_ptsz(CUdeviceptr dstDevice, size_t ds
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D8Async_ptsz, 111)
+FG_FAST_PATH(cuMemsetD2D8Async_ptsz, 114)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
 {
@@ -2736,7 +2799,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D16_v2, 112)
+FG_FAST_PATH(cuMemsetD2D16_v2, 115)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
 {
@@ -2754,7 +2817,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dst
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D16_v2_ptds, 113)
+FG_FAST_PATH(cuMemsetD2D16_v2_ptds, 116)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
 {
@@ -2772,7 +2835,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPit
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D16Async, 114)
+FG_FAST_PATH(cuMemsetD2D16Async, 117)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D16Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
 {
@@ -2790,7 +2853,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D16Async_ptsz(CUdeviceptr dstDevice, size_t d
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D16Async_ptsz, 115)
+FG_FAST_PATH(cuMemsetD2D16Async_ptsz, 118)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
 {
@@ -2808,7 +2871,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D32_v2, 116)
+FG_FAST_PATH(cuMemsetD2D32_v2, 119)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
 {
@@ -2826,7 +2889,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dst
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D32_v2_ptds, 117)
+FG_FAST_PATH(cuMemsetD2D32_v2_ptds, 120)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
 {
@@ -2844,7 +2907,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPit
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D32Async, 118)
+FG_FAST_PATH(cuMemsetD2D32Async, 121)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D32Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
 {
@@ -2862,7 +2925,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D32Async_ptsz(CUdeviceptr dstDevice, size_t d
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D32Async_ptsz, 119)
+FG_FAST_PATH(cuMemsetD2D32Async_ptsz, 122)
 
 FG_SLOW CUresult fg_slow_cuModuleLoad(CUmodule *module, const char *fname)
 {
@@ -2880,7 +2943,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoad(CUmodule *module, const char *fname)
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoad, 120)
+FG_FAST_PATH(cuModuleLoad, 123)
 
 FG_SLOW CUresult fg_slow_cuModuleLoadData(CUmodule *module, const void *image)
 {
@@ -2898,7 +2961,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoadData(CUmodule *module, const void *image)
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoadData, 121)
+FG_FAST_PATH(cuModuleLoadData, 124)
 
 FG_SLOW CUresult fg_slow_cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
@@ -2916,7 +2979,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoadDataEx(CUmodule *module, const void *image,
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoadDataEx, 122)
+FG_FAST_PATH(cuModuleLoadDataEx, 125)
 
 FG_SLOW CUresult fg_slow_cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
 {
@@ -2934,7 +2997,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoadFatBinary(CUmodule *module, const void *fat
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoadFatBinary, 123)
+FG_FAST_PATH(cuModuleLoadFatBinary, 126)
 
 FG_SLOW CUresult fg_slow_cuModuleUnload(CUmodule hmod)
 {
@@ -2952,7 +3015,7 @@ FG_SLOW CUresult fg_slow_cuModuleUnload(CUmodule hmod)
     return r;
 }
 
-FG_FAST_PATH(cuModuleUnload, 124)
+FG_FAST_PATH(cuModuleUnload, 127)
 
 FG_SLOW CUresult fg_slow_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
 {
@@ -2970,7 +3033,7 @@ FG_SLOW CUresult fg_slow_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, c
     return r;
 }
 
-FG_FAST_PATH(cuModuleGetFunction, 125)
+FG_FAST_PATH(cuModuleGetFunction, 128)
 
 FG_SLOW CUresult fg_slow_cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)
 {
@@ -2988,7 +3051,7 @@ FG_SLOW CUresult fg_slow_cuLibraryLoadData(CUlibrary *library, const void *code,
     return r;
 }
 
-FG_FAST_PATH(cuLibraryLoadData, 126)
+FG_FAST_PATH(cuLibraryLoadData, 129)
 
 FG_SLOW CUresult fg_slow_cuLibraryUnload(CUlibrary library)
 {
@@ -3006,7 +3069,7 @@ FG_SLOW CUresult fg_slow_cuLibraryUnload(CUlibrary library)
     return r;
 }
 
-FG_FAST_PATH(cuLibraryUnload, 127)
+FG_FAST_PATH(cuLibraryUnload, 130)
 
 FG_SLOW CUresult fg_slow_cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
 {
@@ -3024,7 +3087,7 @@ FG_SLOW CUresult fg_slow_cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library
     return r;
 }
 
-FG_FAST_PATH(cuLibraryGetKernel, 128)
+FG_FAST_PATH(cuLibraryGetKernel, 131)
 
 FG_SLOW CUresult fg_slow_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 {
@@ -3042,7 +3105,7 @@ FG_SLOW CUresult fg_slow_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
     return r;
 }
 
-FG_FAST_PATH(cuKernelGetFunction, 129)
+FG_FAST_PATH(cuKernelGetFunction, 132)
 
 FG_SLOW CUresult fg_slow_cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
 {
@@ -3060,7 +3123,7 @@ FG_SLOW CUresult fg_slow_cuFuncGetAttribute(int *pi, CUfunction_attribute attrib
     return r;
 }
 
-FG_FAST_PATH(cuFuncGetAttribute, 130)
+FG_FAST_PATH(cuFuncGetAttribute, 133)
 
 FG_SLOW CUresult fg_slow_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
 {
@@ -3078,7 +3141,7 @@ FG_SLOW CUresult fg_slow_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribu
     return r;
 }
 
-FG_FAST_PATH(cuFuncSetAttribute, 131)
+FG_FAST_PATH(cuFuncSetAttribute, 134)
 
 static CUresult fg_layer1_cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
@@ -3102,7 +3165,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernel(CUfunction f, unsigned int gridDimX, uns
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernel, 132)
+FG_FAST_PATH(cuLaunchKernel, 135)
 
 static CUresult fg_layer1_cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
@@ -3126,7 +3189,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernel_ptsz, 133)
+FG_FAST_PATH(cuLaunchKernel_ptsz, 136)
 
 static CUresult fg_layer1_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
@@ -3150,7 +3213,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernelEx(const CUlaunchConfig *config, CUfuncti
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernelEx, 134)
+FG_FAST_PATH(cuLaunchKernelEx, 137)
 
 static CUresult fg_layer1_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
@@ -3174,7 +3237,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUf
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernelEx_ptsz, 135)
+FG_FAST_PATH(cuLaunchKernelEx_ptsz, 138)
 
 static CUresult fg_layer1_cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
@@ -3198,7 +3261,7 @@ FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel(CUfunction f, unsigned int gr
     return r;
 }
 
-FG_FAST_PATH(cuLaunchCooperativeKernel, 136)
+FG_FAST_PATH(cuLaunchCooperativeKernel, 139)
 
 static CUresult fg_layer1_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
@@ -3222,7 +3285,7 @@ FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned i
     return r;
 }
 
-FG_FAST_PATH(cuLaunchCooperativeKernel_ptsz, 137)
+FG_FAST_PATH(cuLaunchCooperativeKernel_ptsz, 140)
 
 FG_SLOW CUresult fg_slow_cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
 {
@@ -3240,7 +3303,7 @@ FG_SLOW CUresult fg_slow_cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *u
     return r;
 }
 
-FG_FAST_PATH(cuLaunchHostFunc, 138)
+FG_FAST_PATH(cuLaunchHostFunc, 141)
 
 FG_SLOW CUresult fg_slow_cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *userData)
 {
@@ -3258,7 +3321,7 @@ FG_SLOW CUresult fg_slow_cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, vo
     return r;
 }
 
-FG_FAST_PATH(cuLaunchHostFunc_ptsz, 139)
+FG_FAST_PATH(cuLaunchHostFunc_ptsz, 142)
 
 FG_SLOW CUresult fg_slow_cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
 {
@@ -3276,7 +3339,7 @@ FG_SLOW CUresult fg_slow_cuStreamAddCallback(CUstream hStream, CUstreamCallback 
     return r;
 }
 
-FG_FAST_PATH(cuStreamAddCallback, 140)
+FG_FAST_PATH(cuStreamAddCallback, 143)
 
 FG_SLOW CUresult fg_slow_cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
 {
@@ -3294,7 +3357,7 @@ FG_SLOW CUresult fg_slow_cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCall
     return r;
 }
 
-FG_FAST_PATH(cuStreamAddCallback_ptsz, 141)
+FG_FAST_PATH(cuStreamAddCallback_ptsz, 144)
 
 FG_SLOW CUresult fg_slow_cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
@@ -3312,7 +3375,7 @@ FG_SLOW CUresult fg_slow_cuStreamCreate(CUstream *phStream, unsigned int Flags)
     return r;
 }
 
-FG_FAST_PATH(cuStreamCreate, 142)
+FG_FAST_PATH(cuStreamCreate, 145)
 
 FG_SLOW CUresult fg_slow_cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
 {
@@ -3330,7 +3393,7 @@ FG_SLOW CUresult fg_slow_cuStreamCreateWithPriority(CUstream *phStream, unsigned
     return r;
 }
 
-FG_FAST_PATH(cuStreamCreateWithPriority, 143)
+FG_FAST_PATH(cuStreamCreateWithPriority, 146)
 
 FG_SLOW CUresult fg_slow_cuStreamDestroy_v2(CUstream hStream)
 {
@@ -3348,7 +3411,7 @@ FG_SLOW CUresult fg_slow_cuStreamDestroy_v2(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamDestroy_v2, 144)
+FG_FAST_PATH(cuStreamDestroy_v2, 147)
 
 static CUresult fg_layer1_cuStreamSynchronize(CUstream hStream)
 {
@@ -3372,7 +3435,7 @@ FG_SLOW CUresult fg_slow_cuStreamSynchronize(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamSynchronize, 145)
+FG_FAST_PATH(cuStreamSynchronize, 148)
 
 static CUresult fg_layer1_cuStreamSynchronize_ptsz(CUstream hStream)
 {
@@ -3396,7 +3459,7 @@ FG_SLOW CUresult fg_slow_cuStreamSynchronize_ptsz(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamSynchronize_ptsz, 146)
+FG_FAST_PATH(cuStreamSynchronize_ptsz, 149)
 
 FG_SLOW CUresult fg_slow_cuStreamQuery(CUstream hStream)
 {
@@ -3414,7 +3477,7 @@ FG_SLOW CUresult fg_slow_cuStreamQuery(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamQuery, 147)
+FG_FAST_PATH(cuStreamQuery, 150)
 
 FG_SLOW CUresult fg_slow_cuStreamQuery_ptsz(CUstream hStream)
 {
@@ -3432,7 +3495,7 @@ FG_SLOW CUresult fg_slow_cuStreamQuery_ptsz(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamQuery_ptsz, 148)
+FG_FAST_PATH(cuStreamQuery_ptsz, 151)
 
 FG_SLOW CUresult fg_slow_cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
@@ -3450,7 +3513,7 @@ FG_SLOW CUresult fg_slow_cuStreamWaitEvent(CUstream hStream, CUevent hEvent, uns
     return r;
 }
 
-FG_FAST_PATH(cuStreamWaitEvent, 149)
+FG_FAST_PATH(cuStreamWaitEvent, 152)
 
 FG_SLOW CUresult fg_slow_cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
@@ -3468,7 +3531,7 @@ FG_SLOW CUresult fg_slow_cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent
     return r;
 }
 
-FG_FAST_PATH(cuStreamWaitEvent_ptsz, 150)
+FG_FAST_PATH(cuStreamWaitEvent_ptsz, 153)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture(CUstream hStream)
 {
@@ -3486,7 +3549,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture, 151)
+FG_FAST_PATH(cuStreamBeginCapture, 154)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_ptsz(CUstream hStream)
 {
@@ -3504,7 +3567,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture_ptsz(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture_ptsz, 152)
+FG_FAST_PATH(cuStreamBeginCapture_ptsz, 155)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {
@@ -3522,7 +3585,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptu
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture_v2, 153)
+FG_FAST_PATH(cuStreamBeginCapture_v2, 156)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
 {
@@ -3540,7 +3603,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstream
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture_v2_ptsz, 154)
+FG_FAST_PATH(cuStreamBeginCapture_v2_ptsz, 157)
 
 FG_SLOW CUresult fg_slow_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
@@ -3558,7 +3621,7 @@ FG_SLOW CUresult fg_slow_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
     return r;
 }
 
-FG_FAST_PATH(cuStreamEndCapture, 155)
+FG_FAST_PATH(cuStreamEndCapture, 158)
 
 FG_SLOW CUresult fg_slow_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
 {
@@ -3576,7 +3639,7 @@ FG_SLOW CUresult fg_slow_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGr
     return r;
 }
 
-FG_FAST_PATH(cuStreamEndCapture_ptsz, 156)
+FG_FAST_PATH(cuStreamEndCapture_ptsz, 159)
 
 FG_SLOW CUresult fg_slow_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
@@ -3594,7 +3657,7 @@ FG_SLOW CUresult fg_slow_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureSt
     return r;
 }
 
-FG_FAST_PATH(cuStreamIsCapturing, 157)
+FG_FAST_PATH(cuStreamIsCapturing, 160)
 
 FG_SLOW CUresult fg_slow_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
@@ -3612,7 +3675,7 @@ FG_SLOW CUresult fg_slow_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCapt
     return r;
 }
 
-FG_FAST_PATH(cuStreamIsCapturing_ptsz, 158)
+FG_FAST_PATH(cuStreamIsCapturing_ptsz, 161)
 
 FG_SLOW CUresult fg_slow_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
 {
@@ -3630,7 +3693,7 @@ FG_SLOW CUresult fg_slow_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *
     return r;
 }
 
-FG_FAST_PATH(cuThreadExchangeStreamCaptureMode, 159)
+FG_FAST_PATH(cuThreadExchangeStreamCaptureMode, 162)
 
 FG_SLOW CUresult fg_slow_cuStreamGetDevice(CUstream hStream, CUdevice *device)
 {
@@ -3648,7 +3711,7 @@ FG_SLOW CUresult fg_slow_cuStreamGetDevice(CUstream hStream, CUdevice *device)
     return r;
 }
 
-FG_FAST_PATH(cuStreamGetDevice, 160)
+FG_FAST_PATH(cuStreamGetDevice, 163)
 
 FG_SLOW CUresult fg_slow_cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
@@ -3666,7 +3729,7 @@ FG_SLOW CUresult fg_slow_cuEventCreate(CUevent *phEvent, unsigned int Flags)
     return r;
 }
 
-FG_FAST_PATH(cuEventCreate, 161)
+FG_FAST_PATH(cuEventCreate, 164)
 
 FG_SLOW CUresult fg_slow_cuEventRecord(CUevent hEvent, CUstream hStream)
 {
@@ -3684,7 +3747,7 @@ FG_SLOW CUresult fg_slow_cuEventRecord(CUevent hEvent, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuEventRecord, 162)
+FG_FAST_PATH(cuEventRecord, 165)
 
 FG_SLOW CUresult fg_slow_cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
 {
@@ -3702,7 +3765,7 @@ FG_SLOW CUresult fg_slow_cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuEventRecord_ptsz, 163)
+FG_FAST_PATH(cuEventRecord_ptsz, 166)
 
 FG_SLOW CUresult fg_slow_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
@@ -3720,7 +3783,7 @@ FG_SLOW CUresult fg_slow_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream
     return r;
 }
 
-FG_FAST_PATH(cuEventRecordWithFlags, 164)
+FG_FAST_PATH(cuEventRecordWithFlags, 167)
 
 FG_SLOW CUresult fg_slow_cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
@@ -3738,7 +3801,7 @@ FG_SLOW CUresult fg_slow_cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hS
     return r;
 }
 
-FG_FAST_PATH(cuEventRecordWithFlags_ptsz, 165)
+FG_FAST_PATH(cuEventRecordWithFlags_ptsz, 168)
 
 FG_SLOW CUresult fg_slow_cuEventQuery(CUevent hEvent)
 {
@@ -3756,7 +3819,7 @@ FG_SLOW CUresult fg_slow_cuEventQuery(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventQuery, 166)
+FG_FAST_PATH(cuEventQuery, 169)
 
 static CUresult fg_layer1_cuEventSynchronize(CUevent hEvent)
 {
@@ -3780,7 +3843,7 @@ FG_SLOW CUresult fg_slow_cuEventSynchronize(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventSynchronize, 167)
+FG_FAST_PATH(cuEventSynchronize, 170)
 
 FG_SLOW CUresult fg_slow_cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
@@ -3798,7 +3861,7 @@ FG_SLOW CUresult fg_slow_cuEventElapsedTime(float *pMilliseconds, CUevent hStart
     return r;
 }
 
-FG_FAST_PATH(cuEventElapsedTime, 168)
+FG_FAST_PATH(cuEventElapsedTime, 171)
 
 FG_SLOW CUresult fg_slow_cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
@@ -3816,7 +3879,7 @@ FG_SLOW CUresult fg_slow_cuEventElapsedTime_v2(float *pMilliseconds, CUevent hSt
     return r;
 }
 
-FG_FAST_PATH(cuEventElapsedTime_v2, 169)
+FG_FAST_PATH(cuEventElapsedTime_v2, 172)
 
 FG_SLOW CUresult fg_slow_cuEventDestroy_v2(CUevent hEvent)
 {
@@ -3834,7 +3897,7 @@ FG_SLOW CUresult fg_slow_cuEventDestroy_v2(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventDestroy_v2, 170)
+FG_FAST_PATH(cuEventDestroy_v2, 173)
 
 FG_SLOW CUresult fg_slow_cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 {
@@ -3852,7 +3915,7 @@ FG_SLOW CUresult fg_slow_cuGraphCreate(CUgraph *phGraph, unsigned int flags)
     return r;
 }
 
-FG_FAST_PATH(cuGraphCreate, 171)
+FG_FAST_PATH(cuGraphCreate, 174)
 
 FG_SLOW CUresult fg_slow_cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
 {
@@ -3870,7 +3933,7 @@ FG_SLOW CUresult fg_slow_cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, siz
     return r;
 }
 
-FG_FAST_PATH(cuGraphGetNodes, 172)
+FG_FAST_PATH(cuGraphGetNodes, 175)
 
 FG_SLOW CUresult fg_slow_cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
 {
@@ -3888,7 +3951,7 @@ FG_SLOW CUresult fg_slow_cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *
     return r;
 }
 
-FG_FAST_PATH(cuGraphNodeGetType, 173)
+FG_FAST_PATH(cuGraphNodeGetType, 176)
 
 FG_SLOW CUresult fg_slow_cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph)
 {
@@ -3906,7 +3969,7 @@ FG_SLOW CUresult fg_slow_cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgrap
     return r;
 }
 
-FG_FAST_PATH(cuGraphChildGraphNodeGetGraph, 174)
+FG_FAST_PATH(cuGraphChildGraphNodeGetGraph, 177)
 
 FG_SLOW CUresult fg_slow_cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
 {
@@ -3924,7 +3987,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgrap
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddMemAllocNode, 175)
+FG_FAST_PATH(cuGraphAddMemAllocNode, 178)
 
 FG_SLOW CUresult fg_slow_cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr)
 {
@@ -3942,7 +4005,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddMemFreeNode, 176)
+FG_FAST_PATH(cuGraphAddMemFreeNode, 179)
 
 FG_SLOW CUresult fg_slow_cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
 {
@@ -3960,7 +4023,7 @@ FG_SLOW CUresult fg_slow_cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_ME
     return r;
 }
 
-FG_FAST_PATH(cuGraphMemAllocNodeGetParams, 177)
+FG_FAST_PATH(cuGraphMemAllocNodeGetParams, 180)
 
 FG_SLOW CUresult fg_slow_cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
 {
@@ -3978,7 +4041,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgra
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddKernelNode_v2, 178)
+FG_FAST_PATH(cuGraphAddKernelNode_v2, 181)
 
 FG_SLOW CUresult fg_slow_cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph)
 {
@@ -3996,7 +4059,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgr
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddChildGraphNode, 179)
+FG_FAST_PATH(cuGraphAddChildGraphNode, 182)
 
 FG_SLOW CUresult fg_slow_cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
 {
@@ -4014,7 +4077,7 @@ FG_SLOW CUresult fg_slow_cuGraphClone(CUgraph *phGraphClone, CUgraph originalGra
     return r;
 }
 
-FG_FAST_PATH(cuGraphClone, 180)
+FG_FAST_PATH(cuGraphClone, 183)
 
 FG_SLOW CUresult fg_slow_cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies)
 {
@@ -4032,7 +4095,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph h
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddEmptyNode, 181)
+FG_FAST_PATH(cuGraphAddEmptyNode, 184)
 
 FG_SLOW CUresult fg_slow_cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes)
 {
@@ -4050,7 +4113,7 @@ FG_SLOW CUresult fg_slow_cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNo
     return r;
 }
 
-FG_FAST_PATH(cuGraphGetRootNodes, 182)
+FG_FAST_PATH(cuGraphGetRootNodes, 185)
 
 FG_SLOW CUresult fg_slow_cuGraphAddDependencies(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, size_t numDependencies)
 {
@@ -4068,7 +4131,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddDependencies(CUgraph hGraph, const CUgraphNod
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddDependencies, 183)
+FG_FAST_PATH(cuGraphAddDependencies, 186)
 
 FG_SLOW CUresult fg_slow_cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies)
 {
@@ -4086,7 +4149,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraph
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddDependencies_v2, 184)
+FG_FAST_PATH(cuGraphAddDependencies_v2, 187)
 
 FG_SLOW CUresult fg_slow_cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
@@ -4104,7 +4167,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hG
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddHostNode, 185)
+FG_FAST_PATH(cuGraphAddHostNode, 188)
 
 FG_SLOW CUresult fg_slow_cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
 {
@@ -4122,7 +4185,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph 
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddMemcpyNode, 186)
+FG_FAST_PATH(cuGraphAddMemcpyNode, 189)
 
 FG_SLOW CUresult fg_slow_cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
 {
@@ -4140,7 +4203,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph 
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddMemsetNode, 187)
+FG_FAST_PATH(cuGraphAddMemsetNode, 190)
 
 FG_SLOW CUresult fg_slow_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
@@ -4158,7 +4221,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMe
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGetGraphMemAttribute, 188)
+FG_FAST_PATH(cuDeviceGetGraphMemAttribute, 191)
 
 FG_SLOW CUresult fg_slow_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
@@ -4176,7 +4239,7 @@ FG_SLOW CUresult fg_slow_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMe
     return r;
 }
 
-FG_FAST_PATH(cuDeviceSetGraphMemAttribute, 189)
+FG_FAST_PATH(cuDeviceSetGraphMemAttribute, 192)
 
 FG_SLOW CUresult fg_slow_cuDeviceGraphMemTrim(CUdevice device)
 {
@@ -4194,7 +4257,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGraphMemTrim(CUdevice device)
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGraphMemTrim, 190)
+FG_FAST_PATH(cuDeviceGraphMemTrim, 193)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
@@ -4212,7 +4275,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, C
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithFlags, 191)
+FG_FAST_PATH(cuGraphInstantiateWithFlags, 194)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
@@ -4230,7 +4293,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, 
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithParams, 192)
+FG_FAST_PATH(cuGraphInstantiateWithParams, 195)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
@@ -4248,7 +4311,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphE
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithParams_ptsz, 193)
+FG_FAST_PATH(cuGraphInstantiateWithParams_ptsz, 196)
 
 FG_SLOW CUresult fg_slow_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -4266,7 +4329,7 @@ FG_SLOW CUresult fg_slow_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuGraphUpload, 194)
+FG_FAST_PATH(cuGraphUpload, 197)
 
 FG_SLOW CUresult fg_slow_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -4284,7 +4347,7 @@ FG_SLOW CUresult fg_slow_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hSt
     return r;
 }
 
-FG_FAST_PATH(cuGraphUpload_ptsz, 195)
+FG_FAST_PATH(cuGraphUpload_ptsz, 198)
 
 static CUresult fg_layer1_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -4308,7 +4371,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch, 196)
+FG_FAST_PATH(cuGraphLaunch, 199)
 
 static CUresult fg_layer1_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -4332,7 +4395,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hSt
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch_ptsz, 197)
+FG_FAST_PATH(cuGraphLaunch_ptsz, 200)
 
 FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
@@ -4350,7 +4413,7 @@ FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
     return r;
 }
 
-FG_FAST_PATH(cuGraphExecDestroy, 198)
+FG_FAST_PATH(cuGraphExecDestroy, 201)
 
 FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
 {
@@ -4368,7 +4431,7 @@ FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
     return r;
 }
 
-FG_FAST_PATH(cuGraphDestroy, 199)
+FG_FAST_PATH(cuGraphDestroy, 202)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessGetState(int pid, CUprocessState *state)
 {
@@ -4386,7 +4449,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessGetState(int pid, CUprocessState *st
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessGetState, 200)
+FG_FAST_PATH(cuCheckpointProcessGetState, 203)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
 {
@@ -4404,7 +4467,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessLock, 201)
+FG_FAST_PATH(cuCheckpointProcessLock, 204)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
 {
@@ -4422,7 +4485,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessCheckpoint(int pid, CUcheckpointChec
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessCheckpoint, 202)
+FG_FAST_PATH(cuCheckpointProcessCheckpoint, 205)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
 {
@@ -4440,7 +4503,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessRestore(int pid, CUcheckpointRestore
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessRestore, 203)
+FG_FAST_PATH(cuCheckpointProcessRestore, 206)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
 {
@@ -4458,7 +4521,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockAr
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessUnlock, 204)
+FG_FAST_PATH(cuCheckpointProcessUnlock, 207)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
 {
@@ -4476,7 +4539,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlInit_v2, 205)
+FG_FAST_PATH(nvmlInit_v2, 208)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
 {
@@ -4494,7 +4557,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
     return r;
 }
 
-FG_FAST_PATH(nvmlInitWithFlags, 206)
+FG_FAST_PATH(nvmlInitWithFlags, 209)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
 {
@@ -4512,7 +4575,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlShutdown, 207)
+FG_FAST_PATH(nvmlShutdown, 210)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
 {
@@ -4530,7 +4593,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetCount_v2, 208)
+FG_FAST_PATH(nvmlDeviceGetCount_v2, 211)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
 {
@@ -4548,7 +4611,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, n
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 209)
+FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 212)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
@@ -4566,7 +4629,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMe
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 210)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 213)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
@@ -4584,7 +4647,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvm
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 211)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 214)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
 {
@@ -4602,7 +4665,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, 
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 212)
+FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 215)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -4620,7 +4683,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 213)
+FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 216)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -4638,7 +4701,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetGraphicsRunningProcesses_v3, 214)
+FG_FAST_PATH(nvmlDeviceGetGraphicsRunningProcesses_v3, 217)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -4656,7 +4719,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevi
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMPSComputeRunningProcesses_v3, 215)
+FG_FAST_PATH(nvmlDeviceGetMPSComputeRunningProcesses_v3, 218)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization, unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp)
 {
@@ -4674,7 +4737,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetProcessUtilization(nvmlDevice_t device
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetProcessUtilization, 216)
+FG_FAST_PATH(nvmlDeviceGetProcessUtilization, 219)
 
 void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuInit,
@@ -4699,6 +4762,9 @@ void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuCtxCreate_v2,
     (void *)cuCtxCreate_v4,
     (void *)cuCtxDestroy_v2,
+    (void *)cuGreenCtxCreate,
+    (void *)cuGreenCtxDestroy,
+    (void *)cuCtxFromGreenCtx,
     (void *)cuCtxPushCurrent_v2,
     (void *)cuCtxPopCurrent_v2,
     (void *)cuCtxSetCurrent,

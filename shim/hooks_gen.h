@@ -24,6 +24,9 @@ typedef CUresult (*fg_real_cuDevicePrimaryCtxGetState)(CUdevice dev, unsigned in
 typedef CUresult (*fg_real_cuCtxCreate_v2)(CUcontext *pctx, unsigned int flags, CUdevice dev);
 typedef CUresult (*fg_real_cuCtxCreate_v4)(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev);
 typedef CUresult (*fg_real_cuCtxDestroy_v2)(CUcontext ctx);
+typedef CUresult (*fg_real_cuGreenCtxCreate)(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags);
+typedef CUresult (*fg_real_cuGreenCtxDestroy)(CUgreenCtx hCtx);
+typedef CUresult (*fg_real_cuCtxFromGreenCtx)(CUcontext *pContext, CUgreenCtx hCtx);
 typedef CUresult (*fg_real_cuCtxPushCurrent_v2)(CUcontext ctx);
 typedef CUresult (*fg_real_cuCtxPopCurrent_v2)(CUcontext *pctx);
 typedef CUresult (*fg_real_cuCtxSetCurrent)(CUcontext ctx);
@@ -240,6 +243,8 @@ CUresult fg_mem_cuDevicePrimaryCtxReset_v2(fg_real_cuDevicePrimaryCtxReset_v2 ne
 CUresult fg_mem_cuCtxCreate_v2(fg_real_cuCtxCreate_v2 next, CUcontext *pctx, unsigned int flags, CUdevice dev);
 CUresult fg_mem_cuCtxCreate_v4(fg_real_cuCtxCreate_v4 next, CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev);
 CUresult fg_mem_cuCtxDestroy_v2(fg_real_cuCtxDestroy_v2 next, CUcontext ctx);
+CUresult fg_mem_cuGreenCtxCreate(fg_real_cuGreenCtxCreate next, CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags);
+CUresult fg_mem_cuGreenCtxDestroy(fg_real_cuGreenCtxDestroy next, CUgreenCtx hCtx);
 CUresult fg_mem_cuCtxSynchronize(fg_real_cuCtxSynchronize next);
 CUresult fg_compute_cuCtxSynchronize(fg_real_cuCtxSynchronize next);
 CUresult fg_mem_cuCtxSynchronize_v2(fg_real_cuCtxSynchronize_v2 next, CUcontext ctx);

@@ -263,6 +263,44 @@ CUresult fg_mem_cuCtxDestroy_v2(fg_real_cuCtxDestroy_v2 next, CUcontext ctx)
     return r;
 }
 
+/* A green context is a context of its own on part of the SMs: charged and
+ * measured as one, under the context it stands for, which what is made in
+ * it is charged to, and which goes with it. */
+static uintptr_t green_ctx(CUgreenCtx g)
+{
+    CUcontext c = NULL;
+    fg_real_cuCtxFromGreenCtx f = REAL(cuCtxFromGreenCtx);
+    return f && f(&c, g) == CUDA_SUCCESS && c ? (uintptr_t)c : (uintptr_t)g;
+}
+
+CUresult fg_mem_cuGreenCtxCreate(fg_real_cuGreenCtxCreate next, CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev,
+                                 unsigned int flags)
+{
+    struct ctx_charge *c = new_charge();
+    if (!c)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if (!ctx_precharge(c, dev)) {
+        free(c);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    CUresult r = next(phCtx, desc, dev, flags);
+    if (r == CUDA_SUCCESS && phCtx)
+        ctx_created(c, green_ctx(*phCtx));
+    else
+        fg_uncharge(dev, c->est);
+    free(c);
+    return r;
+}
+
+CUresult fg_mem_cuGreenCtxDestroy(fg_real_cuGreenCtxDestroy next, CUgreenCtx hCtx)
+{
+    uintptr_t ctx = green_ctx(hCtx);
+    CUresult r = next(hCtx);
+    if (r == CUDA_SUCCESS)
+        ctx_gone(ctx);
+    return r;
+}
+
 /* Primary contexts: of many threads retaining one at once, exactly one
  * charges and measures it; the others wait for that (a futex, no spinning)
  * and only count their reference. */

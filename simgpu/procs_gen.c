@@ -163,6 +163,28 @@ __attribute__((weak)) SIM_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+__attribute__((weak)) SIM_EXPORT CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags)
+{
+    (void)phCtx;
+    (void)desc;
+    (void)dev;
+    (void)flags;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx hCtx)
+{
+    (void)hCtx;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuCtxFromGreenCtx(CUcontext *pContext, CUgreenCtx hCtx)
+{
+    (void)pContext;
+    (void)hCtx;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 __attribute__((weak)) SIM_EXPORT CUresult cuCtxPushCurrent_v2(CUcontext ctx)
 {
     (void)ctx;
@@ -3617,28 +3639,6 @@ __attribute__((weak)) SIM_EXPORT CUresult cuDevResourceGenerateDesc(CUdevResourc
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
-__attribute__((weak)) SIM_EXPORT CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags)
-{
-    (void)phCtx;
-    (void)desc;
-    (void)dev;
-    (void)flags;
-    return CUDA_ERROR_NOT_SUPPORTED;
-}
-
-__attribute__((weak)) SIM_EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx hCtx)
-{
-    (void)hCtx;
-    return CUDA_ERROR_NOT_SUPPORTED;
-}
-
-__attribute__((weak)) SIM_EXPORT CUresult cuCtxFromGreenCtx(CUcontext *pContext, CUgreenCtx hCtx)
-{
-    (void)pContext;
-    (void)hCtx;
-    return CUDA_ERROR_NOT_SUPPORTED;
-}
-
 __attribute__((weak)) SIM_EXPORT CUresult cuGreenCtxRecordEvent(CUgreenCtx hCtx, CUevent hEvent)
 {
     (void)hCtx;
@@ -3707,6 +3707,9 @@ const struct fg_proc sim_procs[] = {
     {"cuCtxCreate", "cuCtxCreate_v2", 3020, 0, (void *)cuCtxCreate_v2},
     {"cuCtxCreate", "cuCtxCreate_v4", 12050, 0, (void *)cuCtxCreate_v4},
     {"cuCtxDestroy", "cuCtxDestroy_v2", 4000, 0, (void *)cuCtxDestroy_v2},
+    {"cuGreenCtxCreate", "cuGreenCtxCreate", 12040, 0, (void *)cuGreenCtxCreate},
+    {"cuGreenCtxDestroy", "cuGreenCtxDestroy", 12040, 0, (void *)cuGreenCtxDestroy},
+    {"cuCtxFromGreenCtx", "cuCtxFromGreenCtx", 12040, 0, (void *)cuCtxFromGreenCtx},
     {"cuCtxPushCurrent", "cuCtxPushCurrent_v2", 4000, 0, (void *)cuCtxPushCurrent_v2},
     {"cuCtxPopCurrent", "cuCtxPopCurrent_v2", 4000, 0, (void *)cuCtxPopCurrent_v2},
     {"cuCtxSetCurrent", "cuCtxSetCurrent", 4000, 0, (void *)cuCtxSetCurrent},
@@ -4129,9 +4132,6 @@ const struct fg_proc sim_procs[] = {
     {"cuGreenCtxGetDevResource", "cuGreenCtxGetDevResource", 12040, 0, (void *)cuGreenCtxGetDevResource},
     {"cuDevSmResourceSplitByCount", "cuDevSmResourceSplitByCount", 12040, 0, (void *)cuDevSmResourceSplitByCount},
     {"cuDevResourceGenerateDesc", "cuDevResourceGenerateDesc", 12040, 0, (void *)cuDevResourceGenerateDesc},
-    {"cuGreenCtxCreate", "cuGreenCtxCreate", 12040, 0, (void *)cuGreenCtxCreate},
-    {"cuGreenCtxDestroy", "cuGreenCtxDestroy", 12040, 0, (void *)cuGreenCtxDestroy},
-    {"cuCtxFromGreenCtx", "cuCtxFromGreenCtx", 12040, 0, (void *)cuCtxFromGreenCtx},
     {"cuGreenCtxRecordEvent", "cuGreenCtxRecordEvent", 12040, 0, (void *)cuGreenCtxRecordEvent},
     {"cuGreenCtxWaitEvent", "cuGreenCtxWaitEvent", 12040, 0, (void *)cuGreenCtxWaitEvent},
     {"cuGreenCtxStreamCreate", "cuGreenCtxStreamCreate", 12050, 0, (void *)cuGreenCtxStreamCreate},

@@ -52,6 +52,12 @@ CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, uns
 typedef CUresult (*fg_pfn_cuCtxCreate_v4)(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev);
 CUresult cuCtxDestroy_v2(CUcontext ctx);
 typedef CUresult (*fg_pfn_cuCtxDestroy_v2)(CUcontext ctx);
+CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags);
+typedef CUresult (*fg_pfn_cuGreenCtxCreate)(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags);
+CUresult cuGreenCtxDestroy(CUgreenCtx hCtx);
+typedef CUresult (*fg_pfn_cuGreenCtxDestroy)(CUgreenCtx hCtx);
+CUresult cuCtxFromGreenCtx(CUcontext *pContext, CUgreenCtx hCtx);
+typedef CUresult (*fg_pfn_cuCtxFromGreenCtx)(CUcontext *pContext, CUgreenCtx hCtx);
 CUresult cuCtxPushCurrent_v2(CUcontext ctx);
 typedef CUresult (*fg_pfn_cuCtxPushCurrent_v2)(CUcontext ctx);
 CUresult cuCtxPopCurrent_v2(CUcontext *pctx);
@@ -659,9 +665,6 @@ CUresult cuCtxGetDevResource(CUcontext hCtx, CUdevResource *resource, CUdevResou
 CUresult cuGreenCtxGetDevResource(CUgreenCtx hCtx, CUdevResource *resource, CUdevResourceType type);
 CUresult cuDevSmResourceSplitByCount(CUdevResource *result, unsigned int *nbGroups, const CUdevResource *input, CUdevResource *remaining, unsigned int useFlags, unsigned int minCount);
 CUresult cuDevResourceGenerateDesc(CUdevResourceDesc *phDesc, CUdevResource *resources, unsigned int nbResources);
-CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags);
-CUresult cuGreenCtxDestroy(CUgreenCtx hCtx);
-CUresult cuCtxFromGreenCtx(CUcontext *pContext, CUgreenCtx hCtx);
 CUresult cuGreenCtxRecordEvent(CUgreenCtx hCtx, CUevent hEvent);
 CUresult cuGreenCtxWaitEvent(CUgreenCtx hCtx, CUevent hEvent);
 CUresult cuGreenCtxStreamCreate(CUstream *phStream, CUgreenCtx greenCtx, unsigned int flags, int priority);

@@ -3,7 +3,7 @@
 package api
 
 // Hash identifies this ordered list; trace regions carry it.
-const Hash uint64 = 0xe8c455491a91d848
+const Hash uint64 = 0x14ab55f422a9f02b
 
 // Names lists every hooked entry point, in hook-id order.
 var Names = []string{
@@ -29,6 +29,9 @@ var Names = []string{
 	"cuCtxCreate_v2",
 	"cuCtxCreate_v4",
 	"cuCtxDestroy_v2",
+	"cuGreenCtxCreate",
+	"cuGreenCtxDestroy",
+	"cuCtxFromGreenCtx",
 	"cuCtxPushCurrent_v2",
 	"cuCtxPopCurrent_v2",
 	"cuCtxSetCurrent",

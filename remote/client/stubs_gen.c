@@ -126,6 +126,50 @@ CUresult fgr_fwd_cuCtxDestroy_v2(CUcontext ctx)
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags)
+{
+    CUresult fgr_r;
+    uint64_t n_phCtx = phCtx ? sizeof(CUgreenCtx) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGreenCtxCreate, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)desc);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    fgr_put_u8(&fgr_c.w, phCtx != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phCtx, n_phCtx, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx hCtx)
+{
+    CUresult fgr_r;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGreenCtxDestroy, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hCtx);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult cuCtxFromGreenCtx(CUcontext *pContext, CUgreenCtx hCtx)
+{
+    CUresult fgr_r;
+    uint64_t n_pContext = pContext ? sizeof(CUcontext) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxFromGreenCtx, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hCtx);
+    fgr_put_u8(&fgr_c.w, pContext != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pContext, n_pContext, 0);
+    return fgr_end(&fgr_c);
+}
+
 CUresult fgr_fwd_cuCtxGetDevice(CUdevice *device)
 {
     CUresult fgr_r;
@@ -7346,50 +7390,6 @@ FGR_EXPORT CUresult cuDevResourceGenerateDesc(CUdevResourceDesc *phDesc, CUdevRe
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuGreenCtxCreate(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags)
-{
-    CUresult fgr_r;
-    uint64_t n_phCtx = phCtx ? sizeof(CUgreenCtx) : 0;
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGreenCtxCreate, 0)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)desc);
-    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
-    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
-    fgr_put_u8(&fgr_c.w, phCtx != NULL);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_get_out(&fgr_c, phCtx, n_phCtx, 0);
-    return fgr_end(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuGreenCtxDestroy(CUgreenCtx hCtx)
-{
-    CUresult fgr_r;
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuGreenCtxDestroy, 0)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hCtx);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    return fgr_end(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuCtxFromGreenCtx(CUcontext *pContext, CUgreenCtx hCtx)
-{
-    CUresult fgr_r;
-    uint64_t n_pContext = pContext ? sizeof(CUcontext) : 0;
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuCtxFromGreenCtx, 0)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hCtx);
-    fgr_put_u8(&fgr_c.w, pContext != NULL);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_get_out(&fgr_c, pContext, n_pContext, 0);
-    return fgr_end(&fgr_c);
-}
-
 FGR_EXPORT CUresult cuGreenCtxRecordEvent(CUgreenCtx hCtx, CUevent hEvent)
 {
     CUresult fgr_r;
@@ -7656,6 +7656,9 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuDevicePrimaryCtxGetState] = "cuDevicePrimaryCtxGetState",
     [FGR_OP_cuCtxCreate_v2] = "cuCtxCreate_v2",
     [FGR_OP_cuCtxDestroy_v2] = "cuCtxDestroy_v2",
+    [FGR_OP_cuGreenCtxCreate] = "cuGreenCtxCreate",
+    [FGR_OP_cuGreenCtxDestroy] = "cuGreenCtxDestroy",
+    [FGR_OP_cuCtxFromGreenCtx] = "cuCtxFromGreenCtx",
     [FGR_OP_cuCtxGetDevice] = "cuCtxGetDevice",
     [FGR_OP_cuCtxGetDevice_v2] = "cuCtxGetDevice_v2",
     [FGR_OP_cuCtxSynchronize] = "cuCtxSynchronize",
@@ -8041,9 +8044,6 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuGreenCtxGetDevResource] = "cuGreenCtxGetDevResource",
     [FGR_OP_cuDevSmResourceSplitByCount] = "cuDevSmResourceSplitByCount",
     [FGR_OP_cuDevResourceGenerateDesc] = "cuDevResourceGenerateDesc",
-    [FGR_OP_cuGreenCtxCreate] = "cuGreenCtxCreate",
-    [FGR_OP_cuGreenCtxDestroy] = "cuGreenCtxDestroy",
-    [FGR_OP_cuCtxFromGreenCtx] = "cuCtxFromGreenCtx",
     [FGR_OP_cuGreenCtxRecordEvent] = "cuGreenCtxRecordEvent",
     [FGR_OP_cuGreenCtxWaitEvent] = "cuGreenCtxWaitEvent",
     [FGR_OP_cuGreenCtxStreamCreate] = "cuGreenCtxStreamCreate",
@@ -8155,6 +8155,9 @@ const struct fg_proc fgr_procs[] = {
     {"cuCtxCreate", "cuCtxCreate_v2", 3020, 0, (void *)cuCtxCreate_v2},
     {"cuCtxCreate", "cuCtxCreate_v4", 12050, 0, (void *)cuCtxCreate_v4},
     {"cuCtxDestroy", "cuCtxDestroy_v2", 4000, 0, (void *)cuCtxDestroy_v2},
+    {"cuGreenCtxCreate", "cuGreenCtxCreate", 12040, 0, (void *)cuGreenCtxCreate},
+    {"cuGreenCtxDestroy", "cuGreenCtxDestroy", 12040, 0, (void *)cuGreenCtxDestroy},
+    {"cuCtxFromGreenCtx", "cuCtxFromGreenCtx", 12040, 0, (void *)cuCtxFromGreenCtx},
     {"cuCtxPushCurrent", "cuCtxPushCurrent_v2", 4000, 0, (void *)cuCtxPushCurrent_v2},
     {"cuCtxPopCurrent", "cuCtxPopCurrent_v2", 4000, 0, (void *)cuCtxPopCurrent_v2},
     {"cuCtxSetCurrent", "cuCtxSetCurrent", 4000, 0, (void *)cuCtxSetCurrent},
@@ -8752,9 +8755,6 @@ const struct fg_proc fgr_procs[] = {
     {"cuGreenCtxGetDevResource", "cuGreenCtxGetDevResource", 12040, 0, (void *)cuGreenCtxGetDevResource},
     {"cuDevSmResourceSplitByCount", "cuDevSmResourceSplitByCount", 12040, 0, (void *)cuDevSmResourceSplitByCount},
     {"cuDevResourceGenerateDesc", "cuDevResourceGenerateDesc", 12040, 0, (void *)cuDevResourceGenerateDesc},
-    {"cuGreenCtxCreate", "cuGreenCtxCreate", 12040, 0, (void *)cuGreenCtxCreate},
-    {"cuGreenCtxDestroy", "cuGreenCtxDestroy", 12040, 0, (void *)cuGreenCtxDestroy},
-    {"cuCtxFromGreenCtx", "cuCtxFromGreenCtx", 12040, 0, (void *)cuCtxFromGreenCtx},
     {"cuGreenCtxRecordEvent", "cuGreenCtxRecordEvent", 12040, 0, (void *)cuGreenCtxRecordEvent},
     {"cuGreenCtxWaitEvent", "cuGreenCtxWaitEvent", 12040, 0, (void *)cuGreenCtxWaitEvent},
     {"cuGreenCtxStreamCreate", "cuGreenCtxStreamCreate", 12050, 0, (void *)cuGreenCtxStreamCreate},

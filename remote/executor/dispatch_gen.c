@@ -10,6 +10,9 @@ typedef CUresult (*pfn_cuDevicePrimaryCtxSetFlags_v2)(CUdevice dev, unsigned int
 typedef CUresult (*pfn_cuDevicePrimaryCtxGetState)(CUdevice dev, unsigned int *flags, int *active);
 typedef CUresult (*pfn_cuCtxCreate_v2)(CUcontext *pctx, unsigned int flags, CUdevice dev);
 typedef CUresult (*pfn_cuCtxDestroy_v2)(CUcontext ctx);
+typedef CUresult (*pfn_cuGreenCtxCreate)(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags);
+typedef CUresult (*pfn_cuGreenCtxDestroy)(CUgreenCtx hCtx);
+typedef CUresult (*pfn_cuCtxFromGreenCtx)(CUcontext *pContext, CUgreenCtx hCtx);
 typedef CUresult (*pfn_cuCtxGetDevice)(CUdevice *device);
 typedef CUresult (*pfn_cuCtxGetDevice_v2)(CUdevice *device, CUcontext ctx);
 typedef CUresult (*pfn_cuCtxSynchronize)(void);
@@ -395,9 +398,6 @@ typedef CUresult (*pfn_cuCtxGetDevResource)(CUcontext hCtx, CUdevResource *resou
 typedef CUresult (*pfn_cuGreenCtxGetDevResource)(CUgreenCtx hCtx, CUdevResource *resource, CUdevResourceType type);
 typedef CUresult (*pfn_cuDevSmResourceSplitByCount)(CUdevResource *result, unsigned int *nbGroups, const CUdevResource *input, CUdevResource *remaining, unsigned int useFlags, unsigned int minCount);
 typedef CUresult (*pfn_cuDevResourceGenerateDesc)(CUdevResourceDesc *phDesc, CUdevResource *resources, unsigned int nbResources);
-typedef CUresult (*pfn_cuGreenCtxCreate)(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags);
-typedef CUresult (*pfn_cuGreenCtxDestroy)(CUgreenCtx hCtx);
-typedef CUresult (*pfn_cuCtxFromGreenCtx)(CUcontext *pContext, CUgreenCtx hCtx);
 typedef CUresult (*pfn_cuGreenCtxRecordEvent)(CUgreenCtx hCtx, CUevent hEvent);
 typedef CUresult (*pfn_cuGreenCtxWaitEvent)(CUgreenCtx hCtx, CUevent hEvent);
 typedef CUresult (*pfn_cuGreenCtxStreamCreate)(CUstream *phStream, CUgreenCtx greenCtx, unsigned int flags, int priority);
@@ -566,6 +566,77 @@ static CUresult op_cuCtxDestroy_v2(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS) {
         fgr_drop(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx);
     }
+    return fgr_r;
+}
+
+static CUresult op_cuGreenCtxCreate(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdevResourceDesc desc = (CUdevResourceDesc)(uintptr_t)fgr_in(FGR_H_CUdevResourceDesc, fgr_get_u64(rd));
+    CUdevice dev = (CUdevice)fgr_get_u64(rd);
+    unsigned int flags = (unsigned int)fgr_get_u64(rd);
+    int has_phCtx = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgreenCtx *phCtx = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUdevResourceDesc, (uint64_t)(uintptr_t)desc)))
+        fgr_r = fgr_refuse("cuGreenCtxCreate", "desc", (uint64_t)(uintptr_t)desc, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_phCtx && !(phCtx = fgr_out(q, sizeof(CUgreenCtx))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGreenCtxCreate)fgr_real[FGR_OP_cuGreenCtxCreate])(phCtx, desc, dev, flags);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phCtx)
+            fgr_add(FGR_H_CUgreenCtx, (uint64_t)(uintptr_t)*phCtx, 0, 0);
+        if (fgr_out_n(FGR_H_CUgreenCtx, phCtx, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_phCtx)
+        fgr_reply_out(q, phCtx, sizeof(CUgreenCtx), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuGreenCtxDestroy(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgreenCtx hCtx = (CUgreenCtx)(uintptr_t)fgr_in(FGR_H_CUgreenCtx, fgr_get_u64(rd));
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgreenCtx, (uint64_t)(uintptr_t)hCtx)))
+        fgr_r = fgr_refuse("cuGreenCtxDestroy", "hCtx", (uint64_t)(uintptr_t)hCtx, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuGreenCtxDestroy)fgr_real[FGR_OP_cuGreenCtxDestroy])(hCtx);
+    if (fgr_r == CUDA_SUCCESS) {
+        fgr_drop(FGR_H_CUgreenCtx, (uint64_t)(uintptr_t)hCtx);
+    }
+    return fgr_r;
+}
+
+static CUresult op_cuCtxFromGreenCtx(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgreenCtx hCtx = (CUgreenCtx)(uintptr_t)fgr_in(FGR_H_CUgreenCtx, fgr_get_u64(rd));
+    int has_pContext = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUcontext *pContext = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgreenCtx, (uint64_t)(uintptr_t)hCtx)))
+        fgr_r = fgr_refuse("cuCtxFromGreenCtx", "hCtx", (uint64_t)(uintptr_t)hCtx, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_pContext && !(pContext = fgr_out(q, sizeof(CUcontext))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuCtxFromGreenCtx)fgr_real[FGR_OP_cuCtxFromGreenCtx])(pContext, hCtx);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (pContext)
+            fgr_add(FGR_H_CUcontext, (uint64_t)(uintptr_t)*pContext, 0, 0);
+        if (fgr_out_n(FGR_H_CUcontext, pContext, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_pContext)
+        fgr_reply_out(q, pContext, sizeof(CUcontext), 0, fgr_r);
     return fgr_r;
 }
 
@@ -8954,77 +9025,6 @@ static CUresult op_cuDevResourceGenerateDesc(struct fgr_rd *rd, struct fgr_req *
     return fgr_r;
 }
 
-static CUresult op_cuGreenCtxCreate(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUdevResourceDesc desc = (CUdevResourceDesc)fgr_in(FGR_H_CUdevResourceDesc, fgr_get_u64(rd));
-    CUdevice dev = (CUdevice)fgr_get_u64(rd);
-    unsigned int flags = (unsigned int)fgr_get_u64(rd);
-    int has_phCtx = fgr_get_u8(rd);
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUgreenCtx *phCtx = NULL;
-    CUresult fgr_r = CUDA_SUCCESS;
-    if (!(fgr_has(FGR_H_CUdevResourceDesc, (uint64_t)(uintptr_t)desc)))
-        fgr_r = fgr_refuse("cuGreenCtxCreate", "desc", (uint64_t)(uintptr_t)desc, CUDA_ERROR_INVALID_HANDLE);
-    if (fgr_r == CUDA_SUCCESS && has_phCtx && !(phCtx = fgr_out(q, sizeof(CUgreenCtx))))
-        return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS)
-        fgr_r = ((pfn_cuGreenCtxCreate)fgr_real[FGR_OP_cuGreenCtxCreate])(phCtx, desc, dev, flags);
-    if (fgr_r == CUDA_SUCCESS) {
-        if (phCtx)
-            fgr_add(FGR_H_CUgreenCtx, (uint64_t)(uintptr_t)*phCtx, 0, 0);
-        if (fgr_out_n(FGR_H_CUgreenCtx, phCtx, 1) != 0)
-            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    if (has_phCtx)
-        fgr_reply_out(q, phCtx, sizeof(CUgreenCtx), 0, fgr_r);
-    return fgr_r;
-}
-
-static CUresult op_cuGreenCtxDestroy(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUgreenCtx hCtx = (CUgreenCtx)(uintptr_t)fgr_in(FGR_H_CUgreenCtx, fgr_get_u64(rd));
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUresult fgr_r = CUDA_SUCCESS;
-    if (!(fgr_has(FGR_H_CUgreenCtx, (uint64_t)(uintptr_t)hCtx)))
-        fgr_r = fgr_refuse("cuGreenCtxDestroy", "hCtx", (uint64_t)(uintptr_t)hCtx, CUDA_ERROR_INVALID_HANDLE);
-    if (fgr_r == CUDA_SUCCESS)
-        fgr_r = ((pfn_cuGreenCtxDestroy)fgr_real[FGR_OP_cuGreenCtxDestroy])(hCtx);
-    if (fgr_r == CUDA_SUCCESS) {
-        fgr_drop(FGR_H_CUgreenCtx, (uint64_t)(uintptr_t)hCtx);
-    }
-    return fgr_r;
-}
-
-static CUresult op_cuCtxFromGreenCtx(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUgreenCtx hCtx = (CUgreenCtx)(uintptr_t)fgr_in(FGR_H_CUgreenCtx, fgr_get_u64(rd));
-    int has_pContext = fgr_get_u8(rd);
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUcontext *pContext = NULL;
-    CUresult fgr_r = CUDA_SUCCESS;
-    if (!(fgr_has(FGR_H_CUgreenCtx, (uint64_t)(uintptr_t)hCtx)))
-        fgr_r = fgr_refuse("cuCtxFromGreenCtx", "hCtx", (uint64_t)(uintptr_t)hCtx, CUDA_ERROR_INVALID_HANDLE);
-    if (fgr_r == CUDA_SUCCESS && has_pContext && !(pContext = fgr_out(q, sizeof(CUcontext))))
-        return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS)
-        fgr_r = ((pfn_cuCtxFromGreenCtx)fgr_real[FGR_OP_cuCtxFromGreenCtx])(pContext, hCtx);
-    if (fgr_r == CUDA_SUCCESS) {
-        if (pContext)
-            fgr_add(FGR_H_CUcontext, (uint64_t)(uintptr_t)*pContext, 0, 0);
-        if (fgr_out_n(FGR_H_CUcontext, pContext, 1) != 0)
-            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    if (has_pContext)
-        fgr_reply_out(q, pContext, sizeof(CUcontext), 0, fgr_r);
-    return fgr_r;
-}
-
 static CUresult op_cuGreenCtxRecordEvent(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -9329,6 +9329,9 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuDevicePrimaryCtxGetState] = {"cuDevicePrimaryCtxGetState", op_cuDevicePrimaryCtxGetState, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuCtxCreate_v2] = {"cuCtxCreate_v2", op_cuCtxCreate_v2, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuCtxDestroy_v2] = {"cuCtxDestroy_v2", op_cuCtxDestroy_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGreenCtxCreate] = {"cuGreenCtxCreate", op_cuGreenCtxCreate, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuGreenCtxDestroy] = {"cuGreenCtxDestroy", op_cuGreenCtxDestroy, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuCtxFromGreenCtx] = {"cuCtxFromGreenCtx", op_cuCtxFromGreenCtx, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuCtxGetDevice] = {"cuCtxGetDevice", op_cuCtxGetDevice, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuCtxGetDevice_v2] = {"cuCtxGetDevice_v2", op_cuCtxGetDevice_v2, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuCtxSynchronize] = {"cuCtxSynchronize", op_cuCtxSynchronize, 1, FGR_SMALL_FRAME},
@@ -9714,9 +9717,6 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuGreenCtxGetDevResource] = {"cuGreenCtxGetDevResource", op_cuGreenCtxGetDevResource, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuDevSmResourceSplitByCount] = {"cuDevSmResourceSplitByCount", op_cuDevSmResourceSplitByCount, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuDevResourceGenerateDesc] = {"cuDevResourceGenerateDesc", op_cuDevResourceGenerateDesc, 0, FGR_MAX_FRAME},
-    [FGR_OP_cuGreenCtxCreate] = {"cuGreenCtxCreate", op_cuGreenCtxCreate, 0, FGR_SMALL_FRAME},
-    [FGR_OP_cuGreenCtxDestroy] = {"cuGreenCtxDestroy", op_cuGreenCtxDestroy, 0, FGR_SMALL_FRAME},
-    [FGR_OP_cuCtxFromGreenCtx] = {"cuCtxFromGreenCtx", op_cuCtxFromGreenCtx, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGreenCtxRecordEvent] = {"cuGreenCtxRecordEvent", op_cuGreenCtxRecordEvent, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGreenCtxWaitEvent] = {"cuGreenCtxWaitEvent", op_cuGreenCtxWaitEvent, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGreenCtxStreamCreate] = {"cuGreenCtxStreamCreate", op_cuGreenCtxStreamCreate, 0, FGR_SMALL_FRAME},

@@ -53,6 +53,12 @@ typedef CUresult (CUDAAPI *fg_sig_cuCtxCreate_v4)(CUcontext *pctx, CUctxCreatePa
 SAME(fg_sig_cuCtxCreate_v4, PFN_cuCtxCreate_v12050);
 typedef CUresult (CUDAAPI *fg_sig_cuCtxDestroy_v2)(CUcontext ctx);
 SAME(fg_sig_cuCtxDestroy_v2, PFN_cuCtxDestroy_v4000);
+typedef CUresult (CUDAAPI *fg_sig_cuGreenCtxCreate)(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags);
+SAME(fg_sig_cuGreenCtxCreate, PFN_cuGreenCtxCreate_v12040);
+typedef CUresult (CUDAAPI *fg_sig_cuGreenCtxDestroy)(CUgreenCtx hCtx);
+SAME(fg_sig_cuGreenCtxDestroy, PFN_cuGreenCtxDestroy_v12040);
+typedef CUresult (CUDAAPI *fg_sig_cuCtxFromGreenCtx)(CUcontext *pContext, CUgreenCtx hCtx);
+SAME(fg_sig_cuCtxFromGreenCtx, PFN_cuCtxFromGreenCtx_v12040);
 typedef CUresult (CUDAAPI *fg_sig_cuCtxPushCurrent_v2)(CUcontext ctx);
 SAME(fg_sig_cuCtxPushCurrent_v2, PFN_cuCtxPushCurrent_v4000);
 typedef CUresult (CUDAAPI *fg_sig_cuCtxPopCurrent_v2)(CUcontext *pctx);

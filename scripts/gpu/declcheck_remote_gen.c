@@ -464,12 +464,6 @@ typedef CUresult (CUDAAPI *fg_sig_cuDevSmResourceSplitByCount)(CUdevResource *re
 SAME(fg_sig_cuDevSmResourceSplitByCount, PFN_cuDevSmResourceSplitByCount_v12040);
 typedef CUresult (CUDAAPI *fg_sig_cuDevResourceGenerateDesc)(CUdevResourceDesc *phDesc, CUdevResource *resources, unsigned int nbResources);
 SAME(fg_sig_cuDevResourceGenerateDesc, PFN_cuDevResourceGenerateDesc_v12040);
-typedef CUresult (CUDAAPI *fg_sig_cuGreenCtxCreate)(CUgreenCtx *phCtx, CUdevResourceDesc desc, CUdevice dev, unsigned int flags);
-SAME(fg_sig_cuGreenCtxCreate, PFN_cuGreenCtxCreate_v12040);
-typedef CUresult (CUDAAPI *fg_sig_cuGreenCtxDestroy)(CUgreenCtx hCtx);
-SAME(fg_sig_cuGreenCtxDestroy, PFN_cuGreenCtxDestroy_v12040);
-typedef CUresult (CUDAAPI *fg_sig_cuCtxFromGreenCtx)(CUcontext *pContext, CUgreenCtx hCtx);
-SAME(fg_sig_cuCtxFromGreenCtx, PFN_cuCtxFromGreenCtx_v12040);
 typedef CUresult (CUDAAPI *fg_sig_cuGreenCtxRecordEvent)(CUgreenCtx hCtx, CUevent hEvent);
 SAME(fg_sig_cuGreenCtxRecordEvent, PFN_cuGreenCtxRecordEvent_v12040);
 typedef CUresult (CUDAAPI *fg_sig_cuGreenCtxWaitEvent)(CUgreenCtx hCtx, CUevent hEvent);

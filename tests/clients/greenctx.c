@@ -3,7 +3,10 @@
  * context on one group with a stream of its own, the same kernel timed
  * there and on the whole device, memory and events in it, and what each
  * stream says of its context. Every line is the same natively, under the
- * shim and over every transport. */
+ * shim and over every transport.
+ *     greenctx [quota]
+ * quota: green contexts made until one is refused (at most 16), and
+ * another once they are gone: each is a context, which takes memory. */
 #include "common.h"
 
 /* Device time of one spin kernel on s: a first one ahead, so that the
@@ -26,9 +29,32 @@ static float timed(CUfunction spin, CUstream s)
     return ms;
 }
 
-int main(void)
+static int quota(void)
+{
+    CUdevResource all, group;
+    CUdevResourceDesc desc;
+    CUgreenCtx made[16];
+    unsigned n = 1;
+    CHECK(cuDeviceGetDevResource(0, &all, CU_DEV_RESOURCE_TYPE_SM));
+    CHECK(cuDevSmResourceSplitByCount(&group, &n, &all, NULL, 0, 8));
+    CHECK(cuDevResourceGenerateDesc(&desc, &group, 1));
+    int k = 0;
+    CUresult r = CUDA_SUCCESS;
+    while (k < 16 && (r = cuGreenCtxCreate(&made[k], desc, 0, CU_GREEN_CTX_DEFAULT_STREAM)) == CUDA_SUCCESS)
+        k++;
+    printf("green contexts: %d made, then %s\n", k, k < 16 ? result_name(r) : "no more tried");
+    while (k > 0)
+        CHECK(cuGreenCtxDestroy(made[--k]));
+    r = cuGreenCtxCreate(&made[0], desc, 0, CU_GREEN_CTX_DEFAULT_STREAM);
+    printf("once they are gone, another: %s\n", result_name(r));
+    return r != CUDA_SUCCESS;
+}
+
+int main(int argc, char **argv)
 {
     CUcontext primary = primary_context();
+    if (argc > 1 && !strcmp(argv[1], "quota"))
+        return quota();
     CUdevResource all, groups[4], rest, again[2], none;
     CHECK(cuDeviceGetDevResource(0, &all, CU_DEV_RESOURCE_TYPE_SM));
     unsigned n = 0;

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -42,5 +43,18 @@ func TestGreenContexts(t *testing.T) {
 				t.Errorf("remotely: exit %d\n%s\nwant\n%s\n%s", got.code, got.stdout, local.stdout, got.stderr)
 			}
 		})
+	}
+}
+
+// A green context is a context: under a quota each is charged the memory a
+// context takes (the simulated GPU's 64 MiB), refused once none fits, with
+// the shim's message, and given back when it goes.
+func TestGreenContextsAreCharged(t *testing.T) {
+	e := quotaEnv(t)
+	r := e.run("flexgv", "run", "--mem", "256MiB", "--ctx-mem", "64MiB", "--", bin("greenctx"), "quota")
+	want := "green contexts: 3 made, then CUDA_ERROR_OUT_OF_MEMORY\nonce they are gone, another: CUDA_SUCCESS\n"
+	said := regexp.MustCompile(`quota 256MiB, in use 256MiB, requested 64MiB \(a CUDA context\)`)
+	if r.code != 0 || r.stdout != want || !said.MatchString(r.stderr) {
+		t.Errorf("exit %d\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
 	}
 }

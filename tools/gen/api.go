@@ -237,7 +237,7 @@ var handleTypes = map[string]bool{
 	"CUcontext": true, "CUmodule": true, "CUfunction": true, "CUlibrary": true,
 	"CUkernel": true, "CUstream": true, "CUevent": true, "CUgraph": true,
 	"CUgraphExec": true, "CUarray": true, "CUmipmappedArray": true,
-	"CUmemoryPool": true, "CUhostFn": true, "CUstreamCallback": true, "nvmlDevice_t": true, "CUgraphNode": true, "CUgreenCtx": true, "CUlinkState": true,
+	"CUmemoryPool": true, "CUhostFn": true, "CUstreamCallback": true, "nvmlDevice_t": true, "CUgraphNode": true, "CUgreenCtx": true, "CUlinkState": true, "CUdevResourceDesc": true,
 	"fgrCtxObject": true, "CUuserObject": true,
 }
 
