@@ -1001,6 +1001,19 @@ if ONLY=families bash scripts/gpu-remote-cudart.sh "$CUDA" | tee "$WORK/families
 else
     fail "remote: families (see above)"
 fi
+# tests/clients/copy3d.c (3D copies, and their batches) built against the
+# real driver prints what it prints on the simulated GPU.
+if gcc -std=gnu11 -O2 -Iinclude -Iinclude/flexgv -o "$WORK/copy3d" tests/clients/copy3d.c -L"$CUDA/lib64/stubs" -lcuda -ldl; then
+    "$WORK/copy3d" >"$WORK/copy3d_native.txt" 2>&1
+    FLEXGV_SIM_STATE="$WORK/sim3d.state" LD_LIBRARY_PATH=build/sim build/tests/copy3d >"$WORK/copy3d_sim.txt" 2>&1
+    if diff "$WORK/copy3d_sim.txt" "$WORK/copy3d_native.txt"; then
+        pass "copy3d: 3D copies and their batches as on the simulated GPU"
+    else
+        fail "copy3d: the simulated GPU differs from the driver (above: < simulated, > driver)"
+    fi
+else
+    fail "copy3d: build against the driver"
+fi
 fi
 
 if want quotabench; then

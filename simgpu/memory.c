@@ -5,6 +5,7 @@
 #include "sim.h"
 #include "flexgv/memcpy3d_peer.h"
 #include "flexgv/memcpy_batch.h"
+#include "flexgv/memcpy3d_batch.h"
 #include "flexgv/cuda_util.h"
 #include "flexgv/drvmem.h"
 
@@ -1861,9 +1862,11 @@ SIM_EXPORT CUresult cuStreamWaitValue64_v2(CUstream s, CUdeviceptr addr, cuuint6
     return wait_value(s, addr, v, 8, flags, 0);
 }
 
-/* Batched copies, one cuMemcpyAsync each (flexgv/memcpy_batch.h); 3D
- * copies between contexts as cuMemcpy3D (flexgv/memcpy3d_peer.h). */
+/* Batched copies, one cuMemcpyAsync each (flexgv/memcpy_batch.h), or one
+ * cuMemcpy3DAsync each (flexgv/memcpy3d_batch.h); 3D copies between
+ * contexts as cuMemcpy3D (flexgv/memcpy3d_peer.h). */
 FG_MEMCPY_BATCH_ENTRIES(SIM_EXPORT, cuMemcpyAsync, cuMemcpyAsync_ptsz)
+FG_MEMCPY3D_BATCH_ENTRIES(SIM_EXPORT, cuMemcpy3DAsync_v2, cuMemcpy3DAsync_v2_ptsz)
 FG_MEMCPY3D_PEER_ENTRIES(SIM_EXPORT, cuMemcpy3D_v2, cuMemcpy3D_v2_ptds, cuMemcpy3DAsync_v2, cuMemcpy3DAsync_v2_ptsz)
 
 /* A batch: every operation checked first, then made in order. */

@@ -3596,6 +3596,26 @@ __attribute__((weak)) SIM_EXPORT CUresult cuStreamGetCaptureInfo_ptsz(CUstream h
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpy3DBatchAsync(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, size_t *failIdx, unsigned long long flags, CUstream hStream)
+{
+    (void)numOps;
+    (void)opList;
+    (void)failIdx;
+    (void)flags;
+    (void)hStream;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpy3DBatchAsync_ptsz(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, size_t *failIdx, unsigned long long flags, CUstream hStream)
+{
+    (void)numOps;
+    (void)opList;
+    (void)failIdx;
+    (void)flags;
+    (void)hStream;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 __attribute__((weak)) SIM_EXPORT CUresult cuDeviceGetDevResource(CUdevice device, CUdevResource *resource, CUdevResourceType type)
 {
     (void)device;
@@ -3673,6 +3693,24 @@ __attribute__((weak)) SIM_EXPORT CUresult cuGreenCtxGetId(CUgreenCtx greenCtx, u
 {
     (void)greenCtx;
     (void)greenCtxId;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpy3DBatchAsync_v2(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, unsigned long long flags, CUstream hStream)
+{
+    (void)numOps;
+    (void)opList;
+    (void)flags;
+    (void)hStream;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemcpy3DBatchAsync_v2_ptsz(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, unsigned long long flags, CUstream hStream)
+{
+    (void)numOps;
+    (void)opList;
+    (void)flags;
+    (void)hStream;
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
@@ -4127,6 +4165,8 @@ const struct fg_proc sim_procs[] = {
     {"cuGraphExecUpdate", "cuGraphExecUpdate", 10020, 0, (void *)cuGraphExecUpdate},
     {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo", 10010, 0, (void *)cuStreamGetCaptureInfo},
     {"cuStreamGetCaptureInfo", "cuStreamGetCaptureInfo_ptsz", 10010, 1, (void *)cuStreamGetCaptureInfo_ptsz},
+    {"cuMemcpy3DBatchAsync", "cuMemcpy3DBatchAsync", 12080, 0, (void *)cuMemcpy3DBatchAsync},
+    {"cuMemcpy3DBatchAsync", "cuMemcpy3DBatchAsync_ptsz", 12080, 1, (void *)cuMemcpy3DBatchAsync_ptsz},
     {"cuDeviceGetDevResource", "cuDeviceGetDevResource", 12040, 0, (void *)cuDeviceGetDevResource},
     {"cuCtxGetDevResource", "cuCtxGetDevResource", 12040, 0, (void *)cuCtxGetDevResource},
     {"cuGreenCtxGetDevResource", "cuGreenCtxGetDevResource", 12040, 0, (void *)cuGreenCtxGetDevResource},
@@ -4137,6 +4177,8 @@ const struct fg_proc sim_procs[] = {
     {"cuGreenCtxStreamCreate", "cuGreenCtxStreamCreate", 12050, 0, (void *)cuGreenCtxStreamCreate},
     {"cuStreamGetGreenCtx", "cuStreamGetGreenCtx", 12040, 0, (void *)cuStreamGetGreenCtx},
     {"cuGreenCtxGetId", "cuGreenCtxGetId", 12090, 0, (void *)cuGreenCtxGetId},
+    {"cuMemcpy3DBatchAsync", "cuMemcpy3DBatchAsync_v2", 13000, 0, (void *)cuMemcpy3DBatchAsync_v2},
+    {"cuMemcpy3DBatchAsync", "cuMemcpy3DBatchAsync_v2_ptsz", 13000, 1, (void *)cuMemcpy3DBatchAsync_v2_ptsz},
     {"cuMemSetMemPool", "cuMemSetMemPool", 13000, 0, (void *)cuMemSetMemPool},
 };
 

@@ -690,6 +690,44 @@ typedef struct CUmemcpyAttributes_st {
     unsigned int flags;
 } CUmemcpyAttributes;
 
+/* Batches of 3D copies (12.8): each side a pointer or an array. */
+typedef enum CUmemcpy3DOperandType_enum {
+    CU_MEMCPY_OPERAND_TYPE_POINTER = 0x1,
+    CU_MEMCPY_OPERAND_TYPE_ARRAY = 0x2
+} CUmemcpy3DOperandType;
+
+typedef struct CUoffset3D_st {
+    size_t x, y, z;
+} CUoffset3D;
+
+typedef struct CUextent3D_st {
+    size_t width, height, depth;
+} CUextent3D;
+
+typedef struct CUmemcpy3DOperand_st {
+    CUmemcpy3DOperandType type;
+    union {
+        struct {
+            CUdeviceptr ptr;
+            size_t rowLength;
+            size_t layerHeight;
+            CUmemLocation locHint;
+        } ptr;
+        struct {
+            CUarray array;
+            CUoffset3D offset;
+        } array;
+    } op;
+} CUmemcpy3DOperand;
+
+typedef struct CUDA_MEMCPY3D_BATCH_OP_st {
+    CUmemcpy3DOperand src;
+    CUmemcpy3DOperand dst;
+    CUextent3D extent;
+    CUmemcpySrcAccessOrder srcAccessOrder;
+    unsigned int flags;
+} CUDA_MEMCPY3D_BATCH_OP;
+
 typedef enum CUmemAccess_flags_enum {
     CU_MEM_ACCESS_FLAGS_PROT_NONE = 0,
     CU_MEM_ACCESS_FLAGS_PROT_READ = 1,

@@ -6782,519 +6782,509 @@ FGR_EXPORT CUresult cuGraphReleaseUserObject(CUgraph graph, CUuserObject object,
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuMemcpy3DBatchAsync(void)
-{
-    return fgr_unsupported(12, "cuMemcpy3DBatchAsync", "batches of 3D copies are not carried yet: cuMemcpy3DAsync is, and batches of linear copies");
-}
-
-FGR_EXPORT CUresult cuMemcpy3DBatchAsync_ptsz(void)
-{
-    return fgr_unsupported(13, "cuMemcpy3DBatchAsync_ptsz", "batches of 3D copies are not carried yet: cuMemcpy3DAsync is, and batches of linear copies");
-}
-
 FGR_EXPORT CUresult cuIpcOpenMemHandle(void)
 {
-    return fgr_unsupported(14, "cuIpcOpenMemHandle", "the CUDA 4 ABI of opening an IPC handle: _v2 is carried");
+    return fgr_unsupported(12, "cuIpcOpenMemHandle", "the CUDA 4 ABI of opening an IPC handle: _v2 is carried");
 }
 
 FGR_EXPORT CUresult cuMemcpyDtoDAsync(void)
 {
-    return fgr_unsupported(15, "cuMemcpyDtoDAsync", "the CUDA 3.0 ABI of 32-bit addresses and sizes: _v2 is carried");
+    return fgr_unsupported(13, "cuMemcpyDtoDAsync", "the CUDA 3.0 ABI of 32-bit addresses and sizes: _v2 is carried");
 }
 
 FGR_EXPORT CUresult cuGraphicsResourceSetMapFlags(void)
 {
-    return fgr_unsupported(16, "cuGraphicsResourceSetMapFlags", "graphics resources come only from graphics interop, which is not carried (none is made)");
+    return fgr_unsupported(14, "cuGraphicsResourceSetMapFlags", "graphics resources come only from graphics interop, which is not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuGLCtxCreate_v2(void)
 {
-    return fgr_unsupported(17, "cuGLCtxCreate_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(15, "cuGLCtxCreate_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGLGetDevices_v2(void)
 {
-    return fgr_unsupported(18, "cuGLGetDevices_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(16, "cuGLGetDevices_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGLInit(void)
 {
-    return fgr_unsupported(19, "cuGLInit", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(17, "cuGLInit", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuWGLGetDevice(void)
 {
-    return fgr_unsupported(20, "cuWGLGetDevice", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(18, "cuWGLGetDevice", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGLMapBufferObjectAsync_v2(void)
 {
-    return fgr_unsupported(21, "cuGLMapBufferObjectAsync_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(19, "cuGLMapBufferObjectAsync_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGLMapBufferObject_v2(void)
 {
-    return fgr_unsupported(22, "cuGLMapBufferObject_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(20, "cuGLMapBufferObject_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGLRegisterBufferObject(void)
 {
-    return fgr_unsupported(23, "cuGLRegisterBufferObject", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(21, "cuGLRegisterBufferObject", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGLSetBufferObjectMapFlags(void)
 {
-    return fgr_unsupported(24, "cuGLSetBufferObjectMapFlags", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(22, "cuGLSetBufferObjectMapFlags", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGLUnmapBufferObject(void)
 {
-    return fgr_unsupported(25, "cuGLUnmapBufferObject", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(23, "cuGLUnmapBufferObject", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGLUnmapBufferObjectAsync(void)
 {
-    return fgr_unsupported(26, "cuGLUnmapBufferObjectAsync", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(24, "cuGLUnmapBufferObjectAsync", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGLUnregisterBufferObject(void)
 {
-    return fgr_unsupported(27, "cuGLUnregisterBufferObject", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(25, "cuGLUnregisterBufferObject", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGraphicsGLRegisterBuffer(void)
 {
-    return fgr_unsupported(28, "cuGraphicsGLRegisterBuffer", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(26, "cuGraphicsGLRegisterBuffer", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGraphicsGLRegisterImage(void)
 {
-    return fgr_unsupported(29, "cuGraphicsGLRegisterImage", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(27, "cuGraphicsGLRegisterImage", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGraphicsEGLRegisterImage(void)
 {
-    return fgr_unsupported(30, "cuGraphicsEGLRegisterImage", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(28, "cuGraphicsEGLRegisterImage", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamConsumerAcquireFrame(void)
 {
-    return fgr_unsupported(31, "cuEGLStreamConsumerAcquireFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(29, "cuEGLStreamConsumerAcquireFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamConsumerConnect(void)
 {
-    return fgr_unsupported(32, "cuEGLStreamConsumerConnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(30, "cuEGLStreamConsumerConnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamConsumerConnectWithFlags(void)
 {
-    return fgr_unsupported(33, "cuEGLStreamConsumerConnectWithFlags", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(31, "cuEGLStreamConsumerConnectWithFlags", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamConsumerDisconnect(void)
 {
-    return fgr_unsupported(34, "cuEGLStreamConsumerDisconnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(32, "cuEGLStreamConsumerDisconnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamConsumerReleaseFrame(void)
 {
-    return fgr_unsupported(35, "cuEGLStreamConsumerReleaseFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(33, "cuEGLStreamConsumerReleaseFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamProducerConnect(void)
 {
-    return fgr_unsupported(36, "cuEGLStreamProducerConnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(34, "cuEGLStreamProducerConnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamProducerDisconnect(void)
 {
-    return fgr_unsupported(37, "cuEGLStreamProducerDisconnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(35, "cuEGLStreamProducerDisconnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamProducerPresentFrame(void)
 {
-    return fgr_unsupported(38, "cuEGLStreamProducerPresentFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(36, "cuEGLStreamProducerPresentFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamProducerReturnFrame(void)
 {
-    return fgr_unsupported(39, "cuEGLStreamProducerReturnFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(37, "cuEGLStreamProducerReturnFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEventCreateFromEGLSync(void)
 {
-    return fgr_unsupported(40, "cuEventCreateFromEGLSync", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(38, "cuEventCreateFromEGLSync", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGraphicsVDPAURegisterOutputSurface(void)
 {
-    return fgr_unsupported(41, "cuGraphicsVDPAURegisterOutputSurface", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(39, "cuGraphicsVDPAURegisterOutputSurface", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGraphicsVDPAURegisterVideoSurface(void)
 {
-    return fgr_unsupported(42, "cuGraphicsVDPAURegisterVideoSurface", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(40, "cuGraphicsVDPAURegisterVideoSurface", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuVDPAUCtxCreate_v2(void)
 {
-    return fgr_unsupported(43, "cuVDPAUCtxCreate_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(41, "cuVDPAUCtxCreate_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuVDPAUGetDevice(void)
 {
-    return fgr_unsupported(44, "cuVDPAUGetDevice", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(42, "cuVDPAUGetDevice", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGraphicsMapResources(void)
 {
-    return fgr_unsupported(45, "cuGraphicsMapResources", "graphics resources come only from graphics interop, which is not carried (none is made)");
+    return fgr_unsupported(43, "cuGraphicsMapResources", "graphics resources come only from graphics interop, which is not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuGraphicsResourceGetMappedEglFrame(void)
 {
-    return fgr_unsupported(46, "cuGraphicsResourceGetMappedEglFrame", "graphics resources come only from graphics interop, which is not carried (none is made)");
+    return fgr_unsupported(44, "cuGraphicsResourceGetMappedEglFrame", "graphics resources come only from graphics interop, which is not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuGraphicsResourceGetMappedMipmappedArray(void)
 {
-    return fgr_unsupported(47, "cuGraphicsResourceGetMappedMipmappedArray", "graphics resources come only from graphics interop, which is not carried (none is made)");
+    return fgr_unsupported(45, "cuGraphicsResourceGetMappedMipmappedArray", "graphics resources come only from graphics interop, which is not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuGraphicsResourceGetMappedPointer_v2(void)
 {
-    return fgr_unsupported(48, "cuGraphicsResourceGetMappedPointer_v2", "graphics resources come only from graphics interop, which is not carried (none is made)");
+    return fgr_unsupported(46, "cuGraphicsResourceGetMappedPointer_v2", "graphics resources come only from graphics interop, which is not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuGraphicsResourceSetMapFlags_v2(void)
 {
-    return fgr_unsupported(49, "cuGraphicsResourceSetMapFlags_v2", "graphics resources come only from graphics interop, which is not carried (none is made)");
+    return fgr_unsupported(47, "cuGraphicsResourceSetMapFlags_v2", "graphics resources come only from graphics interop, which is not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuGraphicsSubResourceGetMappedArray(void)
 {
-    return fgr_unsupported(50, "cuGraphicsSubResourceGetMappedArray", "graphics resources come only from graphics interop, which is not carried (none is made)");
+    return fgr_unsupported(48, "cuGraphicsSubResourceGetMappedArray", "graphics resources come only from graphics interop, which is not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuGraphicsUnmapResources(void)
 {
-    return fgr_unsupported(51, "cuGraphicsUnmapResources", "graphics resources come only from graphics interop, which is not carried (none is made)");
+    return fgr_unsupported(49, "cuGraphicsUnmapResources", "graphics resources come only from graphics interop, which is not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuGraphicsUnregisterResource(void)
 {
-    return fgr_unsupported(52, "cuGraphicsUnregisterResource", "graphics resources come only from graphics interop, which is not carried (none is made)");
+    return fgr_unsupported(50, "cuGraphicsUnregisterResource", "graphics resources come only from graphics interop, which is not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuImportExternalMemory(void)
 {
-    return fgr_unsupported(53, "cuImportExternalMemory", "it imports an OS handle of the program's host (a file descriptor, a Vulkan or NvSci object), which the server's driver cannot open");
+    return fgr_unsupported(51, "cuImportExternalMemory", "it imports an OS handle of the program's host (a file descriptor, a Vulkan or NvSci object), which the server's driver cannot open");
 }
 
 FGR_EXPORT CUresult cuImportExternalSemaphore(void)
 {
-    return fgr_unsupported(54, "cuImportExternalSemaphore", "it imports an OS handle of the program's host (a file descriptor, a Vulkan or NvSci object), which the server's driver cannot open");
+    return fgr_unsupported(52, "cuImportExternalSemaphore", "it imports an OS handle of the program's host (a file descriptor, a Vulkan or NvSci object), which the server's driver cannot open");
 }
 
 FGR_EXPORT CUresult cuDeviceGetNvSciSyncAttributes(void)
 {
-    return fgr_unsupported(55, "cuDeviceGetNvSciSyncAttributes", "it imports an OS handle of the program's host (a file descriptor, a Vulkan or NvSci object), which the server's driver cannot open");
+    return fgr_unsupported(53, "cuDeviceGetNvSciSyncAttributes", "it imports an OS handle of the program's host (a file descriptor, a Vulkan or NvSci object), which the server's driver cannot open");
 }
 
 FGR_EXPORT CUresult cuDestroyExternalMemory(void)
 {
-    return fgr_unsupported(56, "cuDestroyExternalMemory", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(54, "cuDestroyExternalMemory", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuDestroyExternalSemaphore(void)
 {
-    return fgr_unsupported(57, "cuDestroyExternalSemaphore", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(55, "cuDestroyExternalSemaphore", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuExternalMemoryGetMappedBuffer(void)
 {
-    return fgr_unsupported(58, "cuExternalMemoryGetMappedBuffer", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(56, "cuExternalMemoryGetMappedBuffer", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuExternalMemoryGetMappedMipmappedArray(void)
 {
-    return fgr_unsupported(59, "cuExternalMemoryGetMappedMipmappedArray", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(57, "cuExternalMemoryGetMappedMipmappedArray", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuSignalExternalSemaphoresAsync(void)
 {
-    return fgr_unsupported(60, "cuSignalExternalSemaphoresAsync", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(58, "cuSignalExternalSemaphoresAsync", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuWaitExternalSemaphoresAsync(void)
 {
-    return fgr_unsupported(61, "cuWaitExternalSemaphoresAsync", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(59, "cuWaitExternalSemaphoresAsync", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuGraphAddExternalSemaphoresSignalNode(void)
 {
-    return fgr_unsupported(62, "cuGraphAddExternalSemaphoresSignalNode", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(60, "cuGraphAddExternalSemaphoresSignalNode", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuGraphAddExternalSemaphoresWaitNode(void)
 {
-    return fgr_unsupported(63, "cuGraphAddExternalSemaphoresWaitNode", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(61, "cuGraphAddExternalSemaphoresWaitNode", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuGraphExecExternalSemaphoresSignalNodeSetParams(void)
 {
-    return fgr_unsupported(64, "cuGraphExecExternalSemaphoresSignalNodeSetParams", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(62, "cuGraphExecExternalSemaphoresSignalNodeSetParams", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuGraphExecExternalSemaphoresWaitNodeSetParams(void)
 {
-    return fgr_unsupported(65, "cuGraphExecExternalSemaphoresWaitNodeSetParams", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(63, "cuGraphExecExternalSemaphoresWaitNodeSetParams", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuGraphExternalSemaphoresSignalNodeGetParams(void)
 {
-    return fgr_unsupported(66, "cuGraphExternalSemaphoresSignalNodeGetParams", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(64, "cuGraphExternalSemaphoresSignalNodeGetParams", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuGraphExternalSemaphoresSignalNodeSetParams(void)
 {
-    return fgr_unsupported(67, "cuGraphExternalSemaphoresSignalNodeSetParams", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(65, "cuGraphExternalSemaphoresSignalNodeSetParams", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuGraphExternalSemaphoresWaitNodeGetParams(void)
 {
-    return fgr_unsupported(68, "cuGraphExternalSemaphoresWaitNodeGetParams", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(66, "cuGraphExternalSemaphoresWaitNodeGetParams", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuGraphExternalSemaphoresWaitNodeSetParams(void)
 {
-    return fgr_unsupported(69, "cuGraphExternalSemaphoresWaitNodeSetParams", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(67, "cuGraphExternalSemaphoresWaitNodeSetParams", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuModuleGetTexRef(void)
 {
-    return fgr_unsupported(70, "cuModuleGetTexRef", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(68, "cuModuleGetTexRef", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuModuleGetSurfRef(void)
 {
-    return fgr_unsupported(71, "cuModuleGetSurfRef", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(69, "cuModuleGetSurfRef", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuParamSetTexRef(void)
 {
-    return fgr_unsupported(72, "cuParamSetTexRef", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(70, "cuParamSetTexRef", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuSurfRefGetArray(void)
 {
-    return fgr_unsupported(73, "cuSurfRefGetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(71, "cuSurfRefGetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuSurfRefSetArray(void)
 {
-    return fgr_unsupported(74, "cuSurfRefSetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(72, "cuSurfRefSetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefCreate(void)
 {
-    return fgr_unsupported(75, "cuTexRefCreate", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(73, "cuTexRefCreate", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefDestroy(void)
 {
-    return fgr_unsupported(76, "cuTexRefDestroy", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(74, "cuTexRefDestroy", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetAddressMode(void)
 {
-    return fgr_unsupported(77, "cuTexRefGetAddressMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(75, "cuTexRefGetAddressMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetAddress_v2(void)
 {
-    return fgr_unsupported(78, "cuTexRefGetAddress_v2", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(76, "cuTexRefGetAddress_v2", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetArray(void)
 {
-    return fgr_unsupported(79, "cuTexRefGetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(77, "cuTexRefGetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetBorderColor(void)
 {
-    return fgr_unsupported(80, "cuTexRefGetBorderColor", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(78, "cuTexRefGetBorderColor", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetFilterMode(void)
 {
-    return fgr_unsupported(81, "cuTexRefGetFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(79, "cuTexRefGetFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetFlags(void)
 {
-    return fgr_unsupported(82, "cuTexRefGetFlags", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(80, "cuTexRefGetFlags", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetFormat(void)
 {
-    return fgr_unsupported(83, "cuTexRefGetFormat", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(81, "cuTexRefGetFormat", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetMaxAnisotropy(void)
 {
-    return fgr_unsupported(84, "cuTexRefGetMaxAnisotropy", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(82, "cuTexRefGetMaxAnisotropy", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetMipmapFilterMode(void)
 {
-    return fgr_unsupported(85, "cuTexRefGetMipmapFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(83, "cuTexRefGetMipmapFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetMipmapLevelBias(void)
 {
-    return fgr_unsupported(86, "cuTexRefGetMipmapLevelBias", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(84, "cuTexRefGetMipmapLevelBias", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetMipmapLevelClamp(void)
 {
-    return fgr_unsupported(87, "cuTexRefGetMipmapLevelClamp", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(85, "cuTexRefGetMipmapLevelClamp", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetMipmappedArray(void)
 {
-    return fgr_unsupported(88, "cuTexRefGetMipmappedArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(86, "cuTexRefGetMipmappedArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetAddress2D_v3(void)
 {
-    return fgr_unsupported(89, "cuTexRefSetAddress2D_v3", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(87, "cuTexRefSetAddress2D_v3", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetAddressMode(void)
 {
-    return fgr_unsupported(90, "cuTexRefSetAddressMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(88, "cuTexRefSetAddressMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetAddress_v2(void)
 {
-    return fgr_unsupported(91, "cuTexRefSetAddress_v2", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(89, "cuTexRefSetAddress_v2", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetArray(void)
 {
-    return fgr_unsupported(92, "cuTexRefSetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(90, "cuTexRefSetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetBorderColor(void)
 {
-    return fgr_unsupported(93, "cuTexRefSetBorderColor", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(91, "cuTexRefSetBorderColor", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetFilterMode(void)
 {
-    return fgr_unsupported(94, "cuTexRefSetFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(92, "cuTexRefSetFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetFlags(void)
 {
-    return fgr_unsupported(95, "cuTexRefSetFlags", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(93, "cuTexRefSetFlags", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetFormat(void)
 {
-    return fgr_unsupported(96, "cuTexRefSetFormat", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(94, "cuTexRefSetFormat", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetMaxAnisotropy(void)
 {
-    return fgr_unsupported(97, "cuTexRefSetMaxAnisotropy", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(95, "cuTexRefSetMaxAnisotropy", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetMipmapFilterMode(void)
 {
-    return fgr_unsupported(98, "cuTexRefSetMipmapFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(96, "cuTexRefSetMipmapFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetMipmapLevelBias(void)
 {
-    return fgr_unsupported(99, "cuTexRefSetMipmapLevelBias", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(97, "cuTexRefSetMipmapLevelBias", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetMipmapLevelClamp(void)
 {
-    return fgr_unsupported(100, "cuTexRefSetMipmapLevelClamp", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(98, "cuTexRefSetMipmapLevelClamp", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetMipmappedArray(void)
 {
-    return fgr_unsupported(101, "cuTexRefSetMipmappedArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(99, "cuTexRefSetMipmappedArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuFuncSetBlockShape(void)
 {
-    return fgr_unsupported(102, "cuFuncSetBlockShape", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(100, "cuFuncSetBlockShape", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuFuncSetSharedSize(void)
 {
-    return fgr_unsupported(103, "cuFuncSetSharedSize", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(101, "cuFuncSetSharedSize", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuParamSetSize(void)
 {
-    return fgr_unsupported(104, "cuParamSetSize", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(102, "cuParamSetSize", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuParamSetf(void)
 {
-    return fgr_unsupported(105, "cuParamSetf", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(103, "cuParamSetf", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuParamSeti(void)
 {
-    return fgr_unsupported(106, "cuParamSeti", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(104, "cuParamSeti", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuParamSetv(void)
 {
-    return fgr_unsupported(107, "cuParamSetv", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(105, "cuParamSetv", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuLaunch(void)
 {
-    return fgr_unsupported(108, "cuLaunch", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(106, "cuLaunch", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuLaunchGrid(void)
 {
-    return fgr_unsupported(109, "cuLaunchGrid", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(107, "cuLaunchGrid", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuLaunchGridAsync(void)
 {
-    return fgr_unsupported(110, "cuLaunchGridAsync", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(108, "cuLaunchGridAsync", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuCtxAttach(void)
 {
-    return fgr_unsupported(111, "cuCtxAttach", "deprecated since CUDA 4: cuCtxPushCurrent and cuCtxPopCurrent are carried");
+    return fgr_unsupported(109, "cuCtxAttach", "deprecated since CUDA 4: cuCtxPushCurrent and cuCtxPopCurrent are carried");
 }
 
 FGR_EXPORT CUresult cuCtxDetach(void)
 {
-    return fgr_unsupported(112, "cuCtxDetach", "deprecated since CUDA 4: cuCtxPushCurrent and cuCtxPopCurrent are carried");
+    return fgr_unsupported(110, "cuCtxDetach", "deprecated since CUDA 4: cuCtxPushCurrent and cuCtxPopCurrent are carried");
 }
 
 FGR_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(void)
 {
-    return fgr_unsupported(113, "cuLaunchCooperativeKernelMultiDevice", "removed from the runtime in CUDA 12: cuLaunchCooperativeKernel is carried, one launch per device");
+    return fgr_unsupported(111, "cuLaunchCooperativeKernelMultiDevice", "removed from the runtime in CUDA 12: cuLaunchCooperativeKernel is carried, one launch per device");
 }
 
 FGR_EXPORT CUresult cuProfilerInitialize(void)
 {
-    return fgr_unsupported(114, "cuProfilerInitialize", "deprecated since CUDA 11: cuProfilerStart and cuProfilerStop are carried");
+    return fgr_unsupported(112, "cuProfilerInitialize", "deprecated since CUDA 11: cuProfilerStart and cuProfilerStop are carried");
 }
 
 FGR_EXPORT CUresult cuDeviceGetDevResource(CUdevice device, CUdevResource *resource, CUdevResourceType type)
@@ -7465,167 +7455,157 @@ FGR_EXPORT CUresult cuGreenCtxGetId(CUgreenCtx greenCtx, unsigned long long *gre
 
 FGR_EXPORT CUresult cuLogsCurrent(void)
 {
-    return fgr_unsupported(115, "cuLogsCurrent", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
+    return fgr_unsupported(113, "cuLogsCurrent", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
 }
 
 FGR_EXPORT CUresult cuLogsDumpToFile(void)
 {
-    return fgr_unsupported(116, "cuLogsDumpToFile", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
+    return fgr_unsupported(114, "cuLogsDumpToFile", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
 }
 
 FGR_EXPORT CUresult cuLogsDumpToMemory(void)
 {
-    return fgr_unsupported(117, "cuLogsDumpToMemory", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
+    return fgr_unsupported(115, "cuLogsDumpToMemory", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
 }
 
 FGR_EXPORT CUresult cuLogsRegisterCallback(void)
 {
-    return fgr_unsupported(118, "cuLogsRegisterCallback", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
+    return fgr_unsupported(116, "cuLogsRegisterCallback", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
 }
 
 FGR_EXPORT CUresult cuLogsUnregisterCallback(void)
 {
-    return fgr_unsupported(119, "cuLogsUnregisterCallback", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
+    return fgr_unsupported(117, "cuLogsUnregisterCallback", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
 }
 
 FGR_EXPORT CUresult cuCoredumpGetAttribute(void)
 {
-    return fgr_unsupported(120, "cuCoredumpGetAttribute", "GPU core dumps are written by the server's driver for the executor's process: set them there");
+    return fgr_unsupported(118, "cuCoredumpGetAttribute", "GPU core dumps are written by the server's driver for the executor's process: set them there");
 }
 
 FGR_EXPORT CUresult cuCoredumpGetAttributeGlobal(void)
 {
-    return fgr_unsupported(121, "cuCoredumpGetAttributeGlobal", "GPU core dumps are written by the server's driver for the executor's process: set them there");
+    return fgr_unsupported(119, "cuCoredumpGetAttributeGlobal", "GPU core dumps are written by the server's driver for the executor's process: set them there");
 }
 
 FGR_EXPORT CUresult cuCoredumpSetAttribute(void)
 {
-    return fgr_unsupported(122, "cuCoredumpSetAttribute", "GPU core dumps are written by the server's driver for the executor's process: set them there");
+    return fgr_unsupported(120, "cuCoredumpSetAttribute", "GPU core dumps are written by the server's driver for the executor's process: set them there");
 }
 
 FGR_EXPORT CUresult cuCoredumpSetAttributeGlobal(void)
 {
-    return fgr_unsupported(123, "cuCoredumpSetAttributeGlobal", "GPU core dumps are written by the server's driver for the executor's process: set them there");
+    return fgr_unsupported(121, "cuCoredumpSetAttributeGlobal", "GPU core dumps are written by the server's driver for the executor's process: set them there");
 }
 
 FGR_EXPORT CUresult cuDeviceRegisterAsyncNotification(void)
 {
-    return fgr_unsupported(124, "cuDeviceRegisterAsyncNotification", "the driver would call the program back from the server: asynchronous notifications are not carried");
+    return fgr_unsupported(122, "cuDeviceRegisterAsyncNotification", "the driver would call the program back from the server: asynchronous notifications are not carried");
 }
 
 FGR_EXPORT CUresult cuDeviceUnregisterAsyncNotification(void)
 {
-    return fgr_unsupported(125, "cuDeviceUnregisterAsyncNotification", "the driver would call the program back from the server: asynchronous notifications are not carried");
+    return fgr_unsupported(123, "cuDeviceUnregisterAsyncNotification", "the driver would call the program back from the server: asynchronous notifications are not carried");
 }
 
 FGR_EXPORT CUresult cuCheckpointProcessGetRestoreThreadId(void)
 {
-    return fgr_unsupported(126, "cuCheckpointProcessGetRestoreThreadId", "it names a process by its pid; a remote program's GPU state is its executor's, on the server (flexgv suspend acts on local tenants)");
+    return fgr_unsupported(124, "cuCheckpointProcessGetRestoreThreadId", "it names a process by its pid; a remote program's GPU state is its executor's, on the server (flexgv suspend acts on local tenants)");
 }
 
 FGR_EXPORT CUresult cuMemGetHandleForAddressRange(void)
 {
-    return fgr_unsupported(127, "cuMemGetHandleForAddressRange", "it returns a dma-buf file descriptor of the executor's process, which means nothing in the program's");
+    return fgr_unsupported(125, "cuMemGetHandleForAddressRange", "it returns a dma-buf file descriptor of the executor's process, which means nothing in the program's");
 }
 
 FGR_EXPORT CUresult cuLibraryGetUnifiedFunction(void)
 {
-    return fgr_unsupported(128, "cuLibraryGetUnifiedFunction", "a unified function's address is in the library's image on the server's host");
+    return fgr_unsupported(126, "cuLibraryGetUnifiedFunction", "a unified function's address is in the library's image on the server's host");
 }
 
 FGR_EXPORT CUresult cuFlushGPUDirectRDMAWrites(void)
 {
-    return fgr_unsupported(129, "cuFlushGPUDirectRDMAWrites", "GPUDirect RDMA writes come from the NICs of the GPU's own host: nothing of the program's reaches it that way");
+    return fgr_unsupported(127, "cuFlushGPUDirectRDMAWrites", "GPUDirect RDMA writes come from the NICs of the GPU's own host: nothing of the program's reaches it that way");
 }
 
 FGR_EXPORT CUresult cuDeviceGetLuid(void)
 {
-    return fgr_unsupported(130, "cuDeviceGetLuid", "a Windows (WDDM) adapter identifier: Linux drivers answer CUDA_ERROR_NOT_SUPPORTED too");
+    return fgr_unsupported(128, "cuDeviceGetLuid", "a Windows (WDDM) adapter identifier: Linux drivers answer CUDA_ERROR_NOT_SUPPORTED too");
 }
 
 FGR_EXPORT CUresult cuGraphAddBatchMemOpNode(void)
 {
-    return fgr_unsupported(131, "cuGraphAddBatchMemOpNode", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
+    return fgr_unsupported(129, "cuGraphAddBatchMemOpNode", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
 }
 
 FGR_EXPORT CUresult cuGraphBatchMemOpNodeGetParams(void)
 {
-    return fgr_unsupported(132, "cuGraphBatchMemOpNodeGetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
+    return fgr_unsupported(130, "cuGraphBatchMemOpNodeGetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
 }
 
 FGR_EXPORT CUresult cuGraphBatchMemOpNodeSetParams(void)
 {
-    return fgr_unsupported(133, "cuGraphBatchMemOpNodeSetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
+    return fgr_unsupported(131, "cuGraphBatchMemOpNodeSetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
 }
 
 FGR_EXPORT CUresult cuGraphExecBatchMemOpNodeSetParams(void)
 {
-    return fgr_unsupported(134, "cuGraphExecBatchMemOpNodeSetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
-}
-
-FGR_EXPORT CUresult cuMemcpy3DBatchAsync_v2(void)
-{
-    return fgr_unsupported(135, "cuMemcpy3DBatchAsync_v2", "batches of 3D copies are not carried yet: cuMemcpy3DAsync is, and batches of linear copies");
-}
-
-FGR_EXPORT CUresult cuMemcpy3DBatchAsync_v2_ptsz(void)
-{
-    return fgr_unsupported(136, "cuMemcpy3DBatchAsync_v2_ptsz", "batches of 3D copies are not carried yet: cuMemcpy3DAsync is, and batches of linear copies");
+    return fgr_unsupported(132, "cuGraphExecBatchMemOpNodeSetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
 }
 
 FGR_EXPORT CUresult cuMemPrefetchBatchAsync(void)
 {
-    return fgr_unsupported(137, "cuMemPrefetchBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
+    return fgr_unsupported(133, "cuMemPrefetchBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
 }
 
 FGR_EXPORT CUresult cuMemDiscardBatchAsync(void)
 {
-    return fgr_unsupported(138, "cuMemDiscardBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
+    return fgr_unsupported(134, "cuMemDiscardBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
 }
 
 FGR_EXPORT CUresult cuMemDiscardAndPrefetchBatchAsync(void)
 {
-    return fgr_unsupported(139, "cuMemDiscardAndPrefetchBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
+    return fgr_unsupported(135, "cuMemDiscardAndPrefetchBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
 }
 
 FGR_EXPORT CUresult cuMemBatchDecompressAsync(void)
 {
-    return fgr_unsupported(140, "cuMemBatchDecompressAsync", "the copy engines' decompression is not carried yet");
+    return fgr_unsupported(136, "cuMemBatchDecompressAsync", "the copy engines' decompression is not carried yet");
 }
 
 FGR_EXPORT CUresult cuArrayGetMemoryRequirements(void)
 {
-    return fgr_unsupported(141, "cuArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(137, "cuArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuArrayGetPlane(void)
 {
-    return fgr_unsupported(142, "cuArrayGetPlane", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(138, "cuArrayGetPlane", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuArrayGetSparseProperties(void)
 {
-    return fgr_unsupported(143, "cuArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(139, "cuArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuMipmappedArrayGetMemoryRequirements(void)
 {
-    return fgr_unsupported(144, "cuMipmappedArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(140, "cuMipmappedArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuMipmappedArrayGetSparseProperties(void)
 {
-    return fgr_unsupported(145, "cuMipmappedArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(141, "cuMipmappedArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuMemMapArrayAsync(void)
 {
-    return fgr_unsupported(146, "cuMemMapArrayAsync", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(142, "cuMemMapArrayAsync", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuTensorMapEncodeIm2colWide(void)
 {
-    return fgr_unsupported(147, "cuTensorMapEncodeIm2colWide", "the wide im2col tensor map is not carried yet: tiled and im2col tensor maps are");
+    return fgr_unsupported(143, "cuTensorMapEncodeIm2colWide", "the wide im2col tensor map is not carried yet: tiled and im2col tensor maps are");
 }
 
 FGR_EXPORT CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType type, CUmemoryPool pool)
@@ -7643,7 +7623,7 @@ FGR_EXPORT CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType
     return fgr_end(&fgr_c);
 }
 
-const int fgr_nunsupported = 148;
+const int fgr_nunsupported = 144;
 
 /* Each operation's entry point, for FLEXGV_REMOTE_LOG. */
 const char *const fgr_op_names[FGR_NUM_OPS] = {

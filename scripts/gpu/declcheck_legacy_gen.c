@@ -40,5 +40,9 @@ typedef CUresult (CUDAAPI *fg_sig_cuStreamGetCaptureInfo)(CUstream hStream, CUst
 SAME(fg_sig_cuStreamGetCaptureInfo, PFN_cuStreamGetCaptureInfo_v10010);
 typedef CUresult (CUDAAPI *fg_sig_cuStreamGetCaptureInfo_ptsz)(CUstream hStream, CUstreamCaptureStatus *captureStatus_out, cuuint64_t *id_out);
 SAME(fg_sig_cuStreamGetCaptureInfo_ptsz, PFN_cuStreamGetCaptureInfo_v10010_ptsz);
+typedef CUresult (CUDAAPI *fg_sig_cuMemcpy3DBatchAsync)(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, size_t *failIdx, unsigned long long flags, CUstream hStream);
+SAME(fg_sig_cuMemcpy3DBatchAsync, PFN_cuMemcpy3DBatchAsync_v12080);
+typedef CUresult (CUDAAPI *fg_sig_cuMemcpy3DBatchAsync_ptsz)(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, size_t *failIdx, unsigned long long flags, CUstream hStream);
+SAME(fg_sig_cuMemcpy3DBatchAsync_ptsz, PFN_cuMemcpy3DBatchAsync_v12080_ptsz);
 
 int main(void) { return 0; }

@@ -474,6 +474,10 @@ typedef CUresult (CUDAAPI *fg_sig_cuStreamGetGreenCtx)(CUstream hStream, CUgreen
 SAME(fg_sig_cuStreamGetGreenCtx, PFN_cuStreamGetGreenCtx_v12040);
 typedef CUresult (CUDAAPI *fg_sig_cuGreenCtxGetId)(CUgreenCtx greenCtx, unsigned long long *greenCtxId);
 SAME(fg_sig_cuGreenCtxGetId, PFN_cuGreenCtxGetId_v12090);
+typedef CUresult (CUDAAPI *fg_sig_cuMemcpy3DBatchAsync_v2)(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, unsigned long long flags, CUstream hStream);
+SAME(fg_sig_cuMemcpy3DBatchAsync_v2, PFN_cuMemcpy3DBatchAsync_v13000);
+typedef CUresult (CUDAAPI *fg_sig_cuMemcpy3DBatchAsync_v2_ptsz)(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, unsigned long long flags, CUstream hStream);
+SAME(fg_sig_cuMemcpy3DBatchAsync_v2_ptsz, PFN_cuMemcpy3DBatchAsync_v13000_ptsz);
 typedef CUresult (CUDAAPI *fg_sig_cuMemSetMemPool)(CUmemLocation *location, CUmemAllocationType type, CUmemoryPool pool);
 SAME(fg_sig_cuMemSetMemPool, PFN_cuMemSetMemPool_v13000);
 

@@ -291,6 +291,8 @@ int main(void)
     VAL(CU_MEMCPY_SRC_ACCESS_ORDER_STREAM);
     VAL(CU_MEMCPY_SRC_ACCESS_ORDER_DURING_API_CALL);
     VAL(CU_MEMCPY_SRC_ACCESS_ORDER_ANY);
+    VAL(CU_MEMCPY_OPERAND_TYPE_POINTER);
+    VAL(CU_MEMCPY_OPERAND_TYPE_ARRAY);
     VAL(CU_MEM_ACCESS_FLAGS_PROT_NONE);
     VAL(CU_MEM_ACCESS_FLAGS_PROT_READ);
     VAL(CU_MEM_ACCESS_FLAGS_PROT_READWRITE);
@@ -559,6 +561,17 @@ int main(void)
     FIELD(CUmemcpyAttributes, srcLocHint);
     FIELD(CUmemcpyAttributes, dstLocHint);
     FIELD(CUmemcpyAttributes, flags);
+    SIZE(CUoffset3D);
+    SIZE(CUextent3D);
+    SIZE(CUmemcpy3DOperand);
+    FIELD(CUmemcpy3DOperand, type);
+    FIELD(CUmemcpy3DOperand, op);
+    SIZE(CUDA_MEMCPY3D_BATCH_OP);
+    FIELD(CUDA_MEMCPY3D_BATCH_OP, src);
+    FIELD(CUDA_MEMCPY3D_BATCH_OP, dst);
+    FIELD(CUDA_MEMCPY3D_BATCH_OP, extent);
+    FIELD(CUDA_MEMCPY3D_BATCH_OP, srcAccessOrder);
+    FIELD(CUDA_MEMCPY3D_BATCH_OP, flags);
     SIZE(CUmemAccessDesc);
     FIELD(CUmemAccessDesc, location);
     FIELD(CUmemAccessDesc, flags);

@@ -3,7 +3,10 @@
  * slice's sum and whether every byte outside the box stayed, so local and
  * remote runs compare. Then 2D copies under unified addressing (what
  * cudaMemcpy2D with cudaMemcpyDefault becomes, as cuBLASXt copies its
- * tiles), the program's memory on one side. */
+ * tiles), the program's memory on one side. Then batches of 3D copies
+ * (cudaMemcpy3DBatchAsync): the host's volume to pitched device memory, on
+ * to a 3D array of 4-byte elements and back to the host in a second batch,
+ * and what a batch refuses. */
 #include "common.h"
 
 #include <stdint.h>
@@ -19,6 +22,79 @@ static CUDA_MEMCPY3D between(CUmemorytype st, const void *sh, CUdeviceptr sd, si
     c.dstMemoryType = dt, c.dstHost = dh, c.dstDevice = dd, c.dstPitch = dpitch, c.dstHeight = dheight;
     c.WidthInBytes = W, c.Height = H, c.Depth = D;
     return c;
+}
+
+static CUmemcpy3DOperand pointer(CUdeviceptr p, size_t row, size_t layer)
+{
+    CUmemcpy3DOperand o;
+    memset(&o, 0, sizeof o);
+    o.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
+    o.op.ptr.ptr = p, o.op.ptr.rowLength = row, o.op.ptr.layerHeight = layer;
+    o.op.ptr.locHint.type = CU_MEM_LOCATION_TYPE_HOST;
+    return o;
+}
+
+static CUmemcpy3DOperand in_array(CUarray a, size_t z)
+{
+    CUmemcpy3DOperand o;
+    memset(&o, 0, sizeof o);
+    o.type = CU_MEMCPY_OPERAND_TYPE_ARRAY;
+    o.op.array.array = a, o.op.array.offset.z = z;
+    return o;
+}
+
+static CUDA_MEMCPY3D_BATCH_OP batch_op(CUmemcpy3DOperand src, CUmemcpy3DOperand dst, size_t w, size_t h, size_t d)
+{
+    CUDA_MEMCPY3D_BATCH_OP op;
+    memset(&op, 0, sizeof op);
+    op.src = src, op.dst = dst, op.extent.width = w, op.extent.height = h, op.extent.depth = d;
+    op.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+    return op;
+}
+
+/* The host's W x H x D volume into pitched b, then into an array of
+ * W/4 x H x D 4-byte elements; a second batch brings it back packed. */
+static void batches(CUstream st, unsigned char (*vol)[H][W], CUdeviceptr b)
+{
+    static unsigned char back[D][H][W];
+    CUarray arr;
+    CUDA_ARRAY3D_DESCRIPTOR ad = {.Width = W / 4, .Height = H, .Depth = D, .Format = CU_AD_FORMAT_UNSIGNED_INT32,
+                                  .NumChannels = 1};
+    CHECK(cuArray3DCreate_v2(&arr, &ad));
+    CUDA_MEMCPY3D_BATCH_OP there[2] = {
+        batch_op(pointer((CUdeviceptr)(uintptr_t)vol, W, H), pointer(b, PITCH, HEIGHT), W, H, D),
+        batch_op(pointer(b, PITCH / 4, HEIGHT), in_array(arr, 0), W / 4, H, D)};
+    CHECK(cuMemcpy3DBatchAsync_v2(2, there, 0, st));
+    CUDA_MEMCPY3D_BATCH_OP home = batch_op(in_array(arr, 0), pointer((CUdeviceptr)(uintptr_t)back, 0, 0), W / 4, H, D);
+    CHECK(cuMemcpy3DBatchAsync_v2_ptsz(1, &home, 0, NULL));
+    CHECK(cuStreamSynchronize(st));
+    CHECK(cuStreamSynchronize(CU_STREAM_PER_THREAD));
+    long differ = 0;
+    for (size_t i = 0; i < sizeof back; i++)
+        differ += ((unsigned char *)back)[i] != ((unsigned char *)vol)[i];
+    printf("3D batches, host to device to array and back: %ld bytes differ\n", differ);
+    CUDA_MEMCPY3D_BATCH_OP bad[2] = {home, home};
+    size_t at = 7;
+    bad[1].src.op.array.offset.z = D;
+    CUresult past = cuMemcpy3DBatchAsync(2, bad, &at, 0, st);
+    printf("12.8's: the second copy past its array: %s at %zu\n", result_name(past), at);
+    bad[1] = home, bad[1].extent.depth = 0;
+    at = 7;
+    CUresult empty = cuMemcpy3DBatchAsync(2, bad, &at, 0, st);
+    printf("a copy of no depth: %s at %zu; flags: %s; the legacy stream: %s\n", result_name(empty), at,
+           result_name(cuMemcpy3DBatchAsync_v2(1, &home, 1, st)), result_name(cuMemcpy3DBatchAsync_v2(1, &home, 0, NULL)));
+    bad[0] = there[0], bad[0].dst.op.ptr.rowLength = W - 1;
+    CUDA_MEMCPY3D_BATCH_OP mixed = batch_op(in_array(arr, 0), in_array(arr, 1), 1, 1, 1);
+    CUarray bytes;
+    CUDA_ARRAY3D_DESCRIPTOR bd = {.Width = W, .Height = H, .Depth = D, .Format = CU_AD_FORMAT_UNSIGNED_INT8, .NumChannels = 1};
+    CHECK(cuArray3DCreate_v2(&bytes, &bd));
+    CUDA_MEMCPY3D_BATCH_OP sizes = batch_op(in_array(arr, 0), in_array(bytes, 0), 1, 1, 1);
+    printf("rows shorter than the copy: %s; between two arrays: %s, of other element sizes: %s\n",
+           result_name(cuMemcpy3DBatchAsync_v2(1, bad, 0, st)), result_name(cuMemcpy3DBatchAsync_v2(1, &mixed, 0, st)),
+           result_name(cuMemcpy3DBatchAsync_v2(1, &sizes, 0, st)));
+    CHECK(cuStreamSynchronize(st));
+    CHECK(cuArrayDestroy(arr));
+    CHECK(cuArrayDestroy(bytes));
 }
 
 int main(void)
@@ -110,6 +186,7 @@ int main(void)
         for (int x = 0; x < PITCH; x++)
             peer_sum += slice[y][x];
     printf("between contexts: slice sum %ld, without parameters: %s\n", peer_sum, result_name(cuMemcpy3DPeer(NULL)));
+    batches(st, vol, b);
     CHECK(cuMemFree_v2(a));
     CHECK(cuMemFree_v2(b));
     return 0;
