@@ -18,6 +18,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "driver_check.h"
+
 // Declared by cuda.h or cudaProfiler.h, by toolkit version.
 extern "C" CUresult CUDAAPI cuProfilerStart(void);
 extern "C" CUresult CUDAAPI cuProfilerStop(void);
@@ -30,21 +32,6 @@ extern "C" CUresult CUDAAPI cuProfilerStop(void);
             exit(1);                                                                           \
         }                                                                                      \
     } while (0)
-#define DRV(call)                                                                  \
-    do {                                                                           \
-        CUresult r_ = (call);                                                      \
-        if (r_ != CUDA_SUCCESS) {                                                  \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, name(r_)); \
-            exit(1);                                                               \
-        }                                                                          \
-    } while (0)
-
-static const char *name(CUresult r)
-{
-    const char *s = "?";
-    cuGetErrorName(r, &s);
-    return s;
-}
 
 // Reverses each block's elements through shared memory, plus one.
 __global__ void fillk(unsigned *p, unsigned v, int n)

@@ -13,21 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *name(CUresult r)
-{
-    const char *s = NULL;
-    cuGetErrorName(r, &s);
-    return s ? s : "?";
-}
-
-#define DRV(call)                                                                  \
-    do {                                                                           \
-        CUresult r_ = (call);                                                      \
-        if (r_ != CUDA_SUCCESS) {                                                  \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, name(r_)); \
-            exit(1);                                                               \
-        }                                                                          \
-    } while (0)
+#include "driver_check.h"
 
 // Spins for cycles; its shared memory keeps one block per SM.
 __global__ void spin(long long cycles)
