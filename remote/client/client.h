@@ -266,6 +266,10 @@ struct fgr_conn_saved {
  * call that had none yet (the call under way). */
 int fgr_failover_setup(const char *primary);
 int fgr_failover_keeping(void);
+/* No failover from here on (said once, why): the calls kept and the
+ * waiting executor go. Under conn.c's lock: fgr_failover_refuse takes it. */
+void fgr_failover_stop(const char *why);
+void fgr_failover_refuse(const char *why);
 void fgr_failover_keep(int op, const struct fgr_buf *w, int waits);
 void fgr_failover_answered(const uint8_t *a, uint32_t n, const void *direct, uint64_t dn);
 int fgr_checkpoint_due(void);
@@ -333,6 +337,10 @@ void fgr_conn_moved(const char *addr);
 /* Whether host functions run on a thread of their own, bound to this
  * connection's rings or channel (hostfn.c). */
 int fgr_hostfn_bound(void);
+/* A connection moving (its streams drained): its host-function runner
+ * ends (whether one ran); then made again for the new one. */
+int fgr_hostfn_moving(void);
+void fgr_hostfn_moved(int ran);
 /* TLS over a connected socket to host (tls.c): the session, or NULL having
  * said why (addr names the server). Whole-buffer I/O as fgr_read_all and
  * fgr_write_all answer it. */

@@ -1138,6 +1138,13 @@ void fgr_conn_moved(const char *addr)
         __atomic_store_n(&moved_to, a, __ATOMIC_RELEASE); /* a former one stays: a thread may be reading it */
 }
 
+void fgr_failover_refuse(const char *why)
+{
+    pthread_mutex_lock(&conn_lock);
+    fgr_failover_stop(why);
+    pthread_mutex_unlock(&conn_lock);
+}
+
 CUresult fgr_connect(void)
 {
     pthread_mutex_lock(&conn_lock);

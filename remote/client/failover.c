@@ -376,6 +376,16 @@ static void paused(unsigned ms)
 static struct fgr_ahead ahead = {.conn = {.fd = -1}};
 static int in_one_step; /* the structure changed under the last one */
 
+void fgr_failover_stop(const char *why)
+{
+    if (!on)
+        return;
+    give_up(why);
+    fgr_ahead_abandon(&ahead);
+    fgr_conn_drop(&standby); /* its executor ends: nothing to go on at */
+    have_standby = 0;
+}
+
 /* The server was lost during a checkpoint, whose calls found it so: the
  * program went on elsewhere, and what the checkpoint made (for the server
  * it went on at) is of no use. The next is due at once, for the next. */

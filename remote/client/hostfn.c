@@ -13,6 +13,7 @@
 #include "../ring.h"
 
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -27,6 +28,10 @@ static int thread_running;
 /* Over a socket: the channel, and whether it was tried (1) or lost (-1). */
 static int chan_fd = -1, chan_tried;
 static void *chan_tls;
+/* Over shm://: the runner's rings, and whether it is to end (its
+ * connection moved) and has (futex words). */
+static struct fgr_ring *runner_ring;
+static uint32_t runner_stop, runner_gone;
 
 static void release(size_t i)
 {
@@ -63,12 +68,13 @@ static void early_from(const uint8_t *data, uint32_t n)
     }
 }
 
-/* Runs each function a gate reached, then sleeps until the next. */
+/* Runs each function a gate reached, then sleeps until the next, or
+ * until its connection moved. */
 static void *runner(void *arg)
 {
     struct fgr_ring *r = arg;
     struct fgr_hostfn_area *a = &r->m->hostfn;
-    for (;;) {
+    while (!__atomic_load_n(&runner_stop, __ATOMIC_ACQUIRE)) {
         uint32_t seq = __atomic_load_n(&a->reached_seq, __ATOMIC_ACQUIRE);
         for (int i = 0; i < FGR_HOSTFN_SLOTS; i++) {
             struct fgr_hostfn_slot *s = &a->slot[i];
@@ -85,6 +91,8 @@ static void *runner(void *arg)
         }
         fgr_futex_wait(&a->reached_seq, seq, 1000);
     }
+    __atomic_store_n(&runner_gone, 1, __ATOMIC_RELEASE);
+    fgr_futex_wake(&runner_gone);
     return NULL;
 }
 
@@ -136,9 +144,15 @@ static void *socket_runner(void *arg)
 #undef READ
     free(buf);
     pthread_mutex_lock(&mu);
-    if (chan_fd == fd)
+    int current = chan_fd == fd;
+    if (current)
         chan_tried = -1;
     pthread_mutex_unlock(&mu);
+    if (!current) { /* its connection moved: the channel is this thread's alone */
+        if (tls)
+            fgr_tls_free(tls);
+        close(fd);
+    }
     return NULL;
 }
 
@@ -150,8 +164,11 @@ static int runner_start(struct fgr_ring *r)
     if (thread_running)
         return 0;
     if (r) {
+        __atomic_store_n(&runner_stop, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&runner_gone, 0, __ATOMIC_RELAXED);
         if (fgr_thread_start(runner, r, 0, "flexgv-hostfn"))
             return -1;
+        runner_ring = r;
         thread_running = 1;
         return 0;
     }
@@ -190,8 +207,17 @@ static int grow(void)
     return 0;
 }
 
+/* A failover server's replay would run the program's functions again. */
+static void no_failover(void)
+{
+    if (fgr_failover_keeping())
+        fgr_failover_refuse("the program runs host functions, which a failover server making its calls again would run "
+                            "again");
+}
+
 CUresult fgr_hostfn_launch(CUstream s, CUhostFn fn, void *data, unsigned pt)
 {
+    no_failover();
     struct fgr_ring *r = fgr_conn_ring();
     pthread_mutex_lock(&mu);
     if (runner_start(r) || (!free_head && grow()) || chan_tried < 0) {
@@ -210,6 +236,7 @@ CUresult fgr_hostfn_launch(CUstream s, CUhostFn fn, void *data, unsigned pt)
  * (graphs.c), run once. */
 CUresult fgr_hostfn_id(CUhostFn fn, void *data, int keep, unsigned long long *id)
 {
+    no_failover();
     struct fgr_ring *r = fgr_conn_ring();
     pthread_mutex_lock(&mu);
     if (runner_start(r) || chan_tried < 0) {
@@ -266,4 +293,44 @@ int fgr_hostfn_bound(void)
     int bound = thread_running || chan_tried;
     pthread_mutex_unlock(&mu);
     return bound;
+}
+
+/* A connection moving, its streams drained (no function under way): its
+ * runner ends before its rings go (over shm://), its channel is left to
+ * its runner, which ends with the old executor (over a socket). What ran
+ * is said: a runner is made again for the new connection. */
+int fgr_hostfn_moving(void)
+{
+    pthread_mutex_lock(&mu);
+    int ran = thread_running;
+    if (ran && runner_ring) {
+        struct fgr_hostfn_area *a = &runner_ring->m->hostfn;
+        __atomic_store_n(&runner_stop, 1, __ATOMIC_RELEASE);
+        __atomic_fetch_add(&a->reached_seq, 1, __ATOMIC_RELEASE);
+        fgr_futex_wake(&a->reached_seq);
+        while (!__atomic_load_n(&runner_gone, __ATOMIC_ACQUIRE))
+            fgr_futex_wait(&runner_gone, 0, 100);
+    } else if (ran && chan_fd >= 0) {
+        shutdown(chan_fd, SHUT_RDWR);
+    }
+    runner_ring = NULL;
+    chan_fd = -1;
+    chan_tls = NULL;
+    chan_tried = 0;
+    thread_running = 0;
+    pthread_mutex_unlock(&mu);
+    return ran;
+}
+
+/* The new connection current: its runner, where one ran before (a graph's
+ * host nodes, made again there, call the program's functions through it). */
+void fgr_hostfn_moved(int ran)
+{
+    if (!ran)
+        return;
+    pthread_mutex_lock(&mu);
+    int r = runner_start(fgr_conn_ring());
+    pthread_mutex_unlock(&mu);
+    if (r)
+        fgr_say("host functions of the moved program run on the calling thread from here on");
 }

@@ -135,8 +135,6 @@ int fgr_state_movable(const char *to, char *why, size_t nwhy)
 {
     if (strncmp(to, "shm://", 6) && fgr_heap_used())
         snprintf(why, nwhy, "the program's pinned memory is shared with this server (shm://), which %s cannot share", to);
-    else if (fgr_hostfn_bound())
-        snprintf(why, nwhy, "the program's host functions run on a thread bound to this server, which does not move yet");
     else
         return 1;
     return 0;
@@ -196,9 +194,11 @@ static void move_ended(int moved, struct fgr_conn_saved *made, const struct fgr_
 {
     fgrStateDone(moved, m->ms, moved ? to : why);
     if (moved) {
+        int ran = fgr_hostfn_moving();
         fgr_conn_swap(made); /* the new one for good */
         fgr_conn_moved(to);
         fgr_failover_moved(to);
+        fgr_hostfn_moved(ran);
         if (steps == 2)
             fgr_say("moved to the GPU server %s (in two steps: the program paused %u ms, %u to start it and %u to end it; "
                     "%.1f MiB of device memory copied, %.1f MiB of it device to device, and %.1f MiB of state; at %u ms "

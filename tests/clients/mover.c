@@ -1,6 +1,6 @@
 /* A program that keeps changing device memory and checking it, to be moved
  * between servers while it runs (flexgv migrate):
- *     mover STEPS [HOLD_AT[,HOLD_AT...] READY GO [busy][,pool]]
+ *     mover STEPS [HOLD_AT[,HOLD_AT...] READY GO [busy][,pool][,hostfn]]
  * Each step adds the step's number to every word of a buffer and of a
  * module variable (a kernel launched on a stream), and to another buffer
  * twice the last odd step's (an explicit graph's kernel node, its
@@ -16,7 +16,8 @@
  * "pool" makes a pool of its own the device's current one, each step
  * allocating from it (cuMemAllocAsync, the step before's freed) and checking
  * that it is still current, its threshold kept and the step's allocation in
- * it. It
+ * it; "hostfn" enqueues a host function and launches a graph of a host node
+ * each step, and checks that each ran once a step. It
  * prints each check's sum, so a moved run's output equals an unmoved one's.
  */
 #include "common.h"
@@ -48,6 +49,8 @@ static int words_are(int step, const char *what, CUdeviceptr p, unsigned n, unsi
     return 1;
 }
 
+static void tick(void *p) { (*(unsigned *)p)++; }
+
 /* Waits for the file at path, asking s about its work meanwhile if busy. */
 static void wait_for(const char *path, int busy, CUstream s)
 {
@@ -75,6 +78,7 @@ int main(int argc, char **argv)
     int steps = argc > 1 ? atoi(argv[1]) : 8;
     const char *holds = argc > 4 ? argv[2] : NULL;
     int busy = argc > 5 && strstr(argv[5], "busy"), pooled = argc > 5 && strstr(argv[5], "pool");
+    int hostfn = argc > 5 && strstr(argv[5], "hostfn");
     CUcontext ctx = primary_context();
     (void)ctx;
     /* A module and function made and gone first: what moves is named as
@@ -155,6 +159,17 @@ int main(int argc, char **argv)
         CHECK(cuDeviceSetMemPool(0, pool));
     }
 
+    static unsigned fn_calls, node_calls;
+    CUgraph hg;
+    CUgraphExec hge = NULL;
+    if (hostfn) {
+        CUgraphNode hn;
+        CUDA_HOST_NODE_PARAMS hp = {tick, &node_calls};
+        CHECK(cuGraphCreate(&hg, 0));
+        CHECK(cuGraphAddHostNode(&hn, hg, NULL, 0, &hp));
+        CHECK(cuGraphInstantiateWithFlags(&hge, hg, 0));
+    }
+
     unsigned *host = malloc(WORDS * 4);
     uint64_t want = 0, wantb = 0;
     for (int step = 1; step <= steps; step++) {
@@ -198,8 +213,16 @@ int main(int argc, char **argv)
             void *pf[] = {&from_pool, &pv, &pwords};
             CHECK(cuLaunchKernel(fill, 1, 1, 1, 256, 1, 1, 0, s, pf, NULL));
         }
+        if (hostfn) {
+            CHECK(cuLaunchHostFunc(s, tick, &fn_calls));
+            CHECK(cuGraphLaunch(hge, s));
+        }
         CHECK(cuEventRecord(ev, s));
         CHECK(cuEventSynchronize(ev));
+        if (hostfn && (fn_calls != (unsigned)step || node_calls != (unsigned)step)) {
+            printf("step %d: the host function ran %u times, the host node %u\n", step, fn_calls, node_calls);
+            return 1;
+        }
         /* Handles made and gone each step, in the order made: a server
          * that goes on for this one names the next ones as it would have. */
         CUgraph t1, t2;
