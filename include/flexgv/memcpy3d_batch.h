@@ -105,39 +105,39 @@ static inline CUresult fg_memcpy3d_batch(fg_copy3d_fn copy, int pt, size_t n, co
     return CUDA_SUCCESS;
 }
 
+/* The same, the copy at fault told where failIdx is given (12.8's ABI). */
+static inline CUresult fg_memcpy3d_batch_at(fg_copy3d_fn copy, int pt, size_t n, const CUDA_MEMCPY3D_BATCH_OP *ops,
+                                            size_t *failIdx, unsigned long long flags, CUstream s)
+{
+    size_t fail;
+    CUresult r = fg_memcpy3d_batch(copy, pt, n, ops, flags, s, &fail);
+    if (r != CUDA_SUCCESS && failIdx)
+        *failIdx = fail;
+    return r;
+}
+
 /* The four ABIs, each an exported definition of prefix's (SIM_EXPORT,
  * FGR_EXPORT) over copy and copy_pt. */
 #define FG_MEMCPY3D_BATCH_ENTRIES(prefix, copy, copy_pt)                                                               \
     prefix CUresult cuMemcpy3DBatchAsync_v2(size_t n, CUDA_MEMCPY3D_BATCH_OP *ops, unsigned long long flags,          \
                                             CUstream s)                                                               \
     {                                                                                                                 \
-        size_t fail;                                                                                                  \
-        return fg_memcpy3d_batch(copy, 0, n, ops, flags, s, &fail);                                                   \
+        return fg_memcpy3d_batch_at(copy, 0, n, ops, NULL, flags, s);                                                 \
     }                                                                                                                 \
     prefix CUresult cuMemcpy3DBatchAsync_v2_ptsz(size_t n, CUDA_MEMCPY3D_BATCH_OP *ops, unsigned long long flags,     \
                                                  CUstream s)                                                          \
     {                                                                                                                 \
-        size_t fail;                                                                                                  \
-        return fg_memcpy3d_batch(copy_pt, 1, n, ops, flags, s, &fail);                                                \
+        return fg_memcpy3d_batch_at(copy_pt, 1, n, ops, NULL, flags, s);                                              \
     }                                                                                                                 \
-    /* CUDA 12.8's, which say which copy failed. */                                                                  \
     prefix CUresult cuMemcpy3DBatchAsync(size_t n, CUDA_MEMCPY3D_BATCH_OP *ops, size_t *failIdx,                      \
                                          unsigned long long flags, CUstream s)                                        \
     {                                                                                                                 \
-        size_t fail;                                                                                                  \
-        CUresult r = fg_memcpy3d_batch(copy, 0, n, ops, flags, s, &fail);                                             \
-        if (r != CUDA_SUCCESS && failIdx)                                                                             \
-            *failIdx = fail;                                                                                          \
-        return r;                                                                                                     \
+        return fg_memcpy3d_batch_at(copy, 0, n, ops, failIdx, flags, s);                                              \
     }                                                                                                                 \
     prefix CUresult cuMemcpy3DBatchAsync_ptsz(size_t n, CUDA_MEMCPY3D_BATCH_OP *ops, size_t *failIdx,                 \
                                               unsigned long long flags, CUstream s)                                   \
     {                                                                                                                 \
-        size_t fail;                                                                                                  \
-        CUresult r = fg_memcpy3d_batch(copy_pt, 1, n, ops, flags, s, &fail);                                          \
-        if (r != CUDA_SUCCESS && failIdx)                                                                             \
-            *failIdx = fail;                                                                                          \
-        return r;                                                                                                     \
+        return fg_memcpy3d_batch_at(copy_pt, 1, n, ops, failIdx, flags, s);                                           \
     }
 
 #endif
