@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"regexp"
-	"strings"
 	"testing"
 )
 
@@ -12,38 +11,23 @@ import (
 // on its group's SMs only, 5 times as long; the program prints the same
 // under the shim and over every transport.
 func TestGreenContexts(t *testing.T) {
+	argv := []string{"greenctx"}
 	e := newEnv(t)
-	local := e.run("greenctx")
-	if local.code != 0 || !strings.HasSuffix(local.stdout, "greenctx: done\n") {
-		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
-	}
-	for _, want := range []string{
+	local := runsLocally(t, e, argv,
 		"device: 40 SMs, 5 groups of 8 possible\n",
 		"split into 2 of at least 5: 2 groups of 8, 24 SMs left\n",
-		"split refusals: no resource type CUDA_ERROR_INVALID_RESOURCE_TYPE, more than the device CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION, " +
+		"split refusals: no resource type CUDA_ERROR_INVALID_RESOURCE_TYPE, more than the device CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION, "+
 			"a group split again CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION\n",
 		"descriptors: two groups of one split CUDA_SUCCESS, a group with the device CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION\n",
 		"SMs: the green context 8, its context 8, the primary context 40\n",
 		"its stream: green context its own, context none (v1 its context)\n",
 		"a kernel on 8 of 40 SMs takes 5.0 times as long\n",
 		"memory in it: 42; its event: CUDA_SUCCESS; a wait for an event never recorded: CUDA_SUCCESS\n",
-	} {
-		if !strings.Contains(local.stdout, want) {
-			t.Errorf("locally, lacks %q:\n%s", want, local.stdout)
-		}
-	}
+		"greenctx: done\n")
 	if r := e.run("flexgv", "run", "--mem", "1GiB", "--", bin("greenctx")); r.code != 0 || r.stdout != local.stdout {
 		t.Errorf("under the shim: exit %d\n%s\nwant\n%s\n%s", r.code, r.stdout, local.stdout, r.stderr)
 	}
-	for _, transport := range []string{"shm", "unix", "tcp"} {
-		t.Run(transport, func(t *testing.T) {
-			e := newEnv(t)
-			s := e.serve(transport)
-			if got := e.remote(s, "greenctx"); got.code != 0 || got.stdout != local.stdout {
-				t.Errorf("remotely: exit %d\n%s\nwant\n%s\n%s", got.code, got.stdout, local.stdout, got.stderr)
-			}
-		})
-	}
+	printsAsLocally(t, local, argv, "shm", "unix", "tcp")
 }
 
 // A green context is a context: under a quota each is charged the memory a
