@@ -266,10 +266,6 @@ struct fgr_conn_saved {
  * call that had none yet (the call under way). */
 int fgr_failover_setup(const char *primary);
 int fgr_failover_keeping(void);
-/* No failover from here on (said once, why): the calls kept and the
- * waiting executor go. Under conn.c's lock: fgr_failover_refuse takes it. */
-void fgr_failover_stop(const char *why);
-void fgr_failover_refuse(const char *why);
 void fgr_failover_keep(int op, const struct fgr_buf *w, int waits);
 void fgr_failover_answered(const uint8_t *a, uint32_t n, const void *direct, uint64_t dn);
 int fgr_checkpoint_due(void);
@@ -340,7 +336,11 @@ int fgr_hostfn_bound(void);
 /* A connection moving (its streams drained): its host-function runner
  * ends (whether one ran); then made again for the new one. */
 int fgr_hostfn_moving(void);
-void fgr_hostfn_moved(int ran);
+void fgr_hostfn_moved(int ran, int locked);
+/* With a failover server: a checkpoint taken, and the program going on
+ * elsewhere (what its replay runs again is answered, not run). */
+void fgr_hostfn_checkpoint(void);
+void fgr_hostfn_failover(void);
 /* TLS over a connected socket to host (tls.c): the session, or NULL having
  * said why (addr names the server). Whole-buffer I/O as fgr_read_all and
  * fgr_write_all answer it. */
@@ -355,7 +355,7 @@ void fgr_tls_forked(void);
 CUresult fgr_connect(void);
 /* Opens the connection's host-function channel (hostfn.c): its socket, with
  * *tls its TLS session for tls://; -1 having said why not. */
-int fgr_channel_open(void **tls);
+int fgr_channel_open(void **tls, int locked);
 extern struct fgr_server fgr_srv;
 extern int fgr_initialized;
 /* Whether large module images are sent to be kept by the server (a

@@ -968,14 +968,16 @@ int fgr_reach(const char *addr, int ms)
  * by the token and the secret the handshake gave (remote/wire.h). Its own
  * TLS session; the frames are written and read here alone, not through
  * conn_w or conn_tls. */
-int fgr_channel_open(void **tls)
+int fgr_channel_open(void **tls, int locked)
 {
-    pthread_mutex_lock(&conn_lock);
+    if (!locked)
+        pthread_mutex_lock(&conn_lock);
     int ok = conn_fd >= 0 && !conn_broken && !conn_ring.m && fgr_srv.has_secret;
     uint8_t secret[FGR_CHANNEL_SECRET];
     if (ok)
         memcpy(secret, fgr_srv.secret, sizeof secret);
-    pthread_mutex_unlock(&conn_lock);
+    if (!locked)
+        pthread_mutex_unlock(&conn_lock);
     if (!ok)
         return -1;
     const char *a = address();
@@ -1112,6 +1114,7 @@ static CUresult failover_locked(void)
     struct fgr_conn_saved s;
     if (fgr_failover_take(&s, lost_why) != 0)
         return LOST;
+    int ran = fgr_hostfn_moving(); /* its runner ends before its rings go */
     struct fgr_conn_saved old = {-1, NULL, conn_ring, 0, fgr_srv, 0, 0};
     conn_fd = s.fd;
     conn_tls = s.tls;
@@ -1121,6 +1124,8 @@ static CUresult failover_locked(void)
     conn_refused = CUDA_SUCCESS;
     fgr_conn_drop(&old);
     fgr_conn_moved(fgr_failover_to());
+    fgr_hostfn_failover();
+    fgr_hostfn_moved(ran, 1);
     CUresult r = fgr_failover_replay(write_conn, replay_answer, &replay_last_n);
     if (r != CUDA_SUCCESS) {
         conn_broken = 1;
@@ -1136,13 +1141,6 @@ void fgr_conn_moved(const char *addr)
     char *a = strdup(addr);
     if (a)
         __atomic_store_n(&moved_to, a, __ATOMIC_RELEASE); /* a former one stays: a thread may be reading it */
-}
-
-void fgr_failover_refuse(const char *why)
-{
-    pthread_mutex_lock(&conn_lock);
-    fgr_failover_stop(why);
-    pthread_mutex_unlock(&conn_lock);
 }
 
 CUresult fgr_connect(void)

@@ -349,6 +349,7 @@ static void taken(struct fgr_conn_saved made, const struct fgr_remade *m, int st
     standby = made;
     have_standby = 1;
     drop_kept();
+    fgr_hostfn_checkpoint();
     taken_at = now_ns();
     due = taken_at + every_ns;
     backoff = 0;
@@ -375,16 +376,6 @@ static void paused(unsigned ms)
 /* Checkpoints are taken in two steps where they can be (ahead.c). */
 static struct fgr_ahead ahead = {.conn = {.fd = -1}};
 static int in_one_step; /* the structure changed under the last one */
-
-void fgr_failover_stop(const char *why)
-{
-    if (!on)
-        return;
-    give_up(why);
-    fgr_ahead_abandon(&ahead);
-    fgr_conn_drop(&standby); /* its executor ends: nothing to go on at */
-    have_standby = 0;
-}
 
 /* The server was lost during a checkpoint, whose calls found it so: the
  * program went on elsewhere, and what the checkpoint made (for the server

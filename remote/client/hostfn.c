@@ -7,7 +7,16 @@
  * an id here; an id the gate says was captured stays, since its graph runs
  * it at every launch. Without either (a server that gives no channel, or
  * refuses it), functions run on the calling thread after their stream's
- * work (local.c). */
+ * work (local.c).
+ *
+ * With a failover server, the calls a replay makes again include launches
+ * of host functions (failover.c): each must run once in all. So while
+ * calls are kept an entry that ran is not reused but kept, with how often
+ * it ran since the last checkpoint (when every function launched before
+ * had returned: a checkpoint drains the streams); when the program goes
+ * on elsewhere, the replay's first that many runs of it are answered
+ * without running it, once the run under way at the loss (over a socket)
+ * has returned. */
 #include "client.h"
 #include "../futex.h"
 #include "../ring.h"
@@ -18,10 +27,15 @@
 #include <unistd.h>
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t returned = PTHREAD_COND_INITIALIZER; /* a run ended */
 static struct entry {
     CUhostFn fn;
     void *data;
     size_t next_free; /* 1 + the next free entry, 0: none */
+    uint32_t ran;     /* runs started since the last checkpoint, while calls are kept */
+    uint32_t skip;    /* runs a replay makes again, to answer without running */
+    uint8_t busy;     /* a run under way */
+    uint8_t spent;    /* ran once (or forgotten) while calls were kept: freed at the next checkpoint */
 } *tab;
 static size_t ntab, free_head; /* free_head: 1 + the first free entry, 0: none */
 static int thread_running;
@@ -35,21 +49,54 @@ static uint32_t runner_stop, runner_gone;
 
 static void release(size_t i)
 {
-    tab[i].fn = NULL;
-    tab[i].next_free = free_head;
+    tab[i] = (struct entry){.next_free = free_head};
     free_head = i + 1;
 }
 
-/* The function of an id, forgotten unless kept. */
-static struct entry take(uint64_t id)
+/* An entry done with (mu held): freed, or kept until the next checkpoint
+ * while calls are kept, for a replay to find. */
+static void done_with(size_t k)
+{
+    if (fgr_failover_keeping())
+        tab[k].spent = 1;
+    else
+        release(k);
+}
+
+/* Runs the function of an id the stream reached, and forgets it unless
+ * kept; a run made again by a replay is only waited for. */
+static void run(uint64_t id)
 {
     uint64_t k = (id & ~FGR_HOSTFN_KEEP) - 1;
     pthread_mutex_lock(&mu);
-    struct entry e = k < ntab ? tab[k] : (struct entry){0};
-    if (e.fn && !(id & FGR_HOSTFN_KEEP))
-        release((size_t)k);
+    struct entry *e = k < ntab && tab[k].fn ? &tab[k] : NULL;
+    if (e && e->skip) {
+        e->skip--;
+        while (tab[k].busy)
+            pthread_cond_wait(&returned, &mu);
+        if (!tab[k].skip && tab[k].spent && !fgr_failover_keeping())
+            release((size_t)k);
+        pthread_mutex_unlock(&mu);
+        return;
+    }
+    if (!e) {
+        pthread_mutex_unlock(&mu);
+        return;
+    }
+    CUhostFn fn = e->fn;
+    void *data = e->data;
+    if (fgr_failover_keeping())
+        e->ran++;
+    e->busy = 1;
     pthread_mutex_unlock(&mu);
-    return e;
+    fn(data);
+    pthread_mutex_lock(&mu);
+    e = &tab[k]; /* tab may have grown meanwhile */
+    e->busy = 0;
+    pthread_cond_broadcast(&returned);
+    if (!(id & FGR_HOSTFN_KEEP))
+        done_with((size_t)k);
+    pthread_mutex_unlock(&mu);
 }
 
 static uint64_t get64(const uint8_t *p);
@@ -83,9 +130,7 @@ static void *runner(void *arg)
             uint32_t ndata = __atomic_load_n(&s->ndata, __ATOMIC_RELAXED);
             if (ndata)
                 early_from(r->hostfn_data, ndata);
-            struct entry e = take(__atomic_load_n(&s->id, __ATOMIC_RELAXED));
-            if (e.fn)
-                e.fn(e.data);
+            run(__atomic_load_n(&s->id, __ATOMIC_RELAXED));
             __atomic_store_n(&s->state, FGR_HOSTFN_DONE, __ATOMIC_RELEASE);
             fgr_futex_wake(&s->state);
         }
@@ -135,9 +180,7 @@ static void *socket_runner(void *arg)
         }
         if (bad)
             break;
-        struct entry e = take(id);
-        if (e.fn)
-            e.fn(e.data);
+        run(id);
         if (tls ? fgr_tls_write_all(tls, m, 8) : fgr_write_all(fd, m, 8))
             break;
     }
@@ -158,8 +201,9 @@ static void *socket_runner(void *arg)
 
 /* The runner (mu held), with a stack of the usual size: it runs the
  * program's functions. Over a socket the channel is opened first; where
- * it cannot be, the functions run as local.c says, said once. */
-static int runner_start(struct fgr_ring *r)
+ * it cannot be, the functions run as local.c says, said once. locked:
+ * conn.c's lock is held, the connection made. */
+static int runner_start(struct fgr_ring *r, int locked)
 {
     if (thread_running)
         return 0;
@@ -175,9 +219,9 @@ static int runner_start(struct fgr_ring *r)
     if (chan_tried)
         return -1;
     chan_tried = 1;
-    if (fgr_connect() != CUDA_SUCCESS || !fgr_srv.has_secret)
+    if ((!locked && fgr_connect() != CUDA_SUCCESS) || !fgr_srv.has_secret)
         return -1; /* an older server's: no channel, as before */
-    chan_fd = fgr_channel_open(&chan_tls);
+    chan_fd = fgr_channel_open(&chan_tls, locked);
     if (chan_fd < 0 || fgr_thread_start(socket_runner, (void *)(intptr_t)chan_fd, 0, "flexgv-hostfn")) {
         if (chan_fd >= 0) {
             if (chan_tls)
@@ -207,26 +251,17 @@ static int grow(void)
     return 0;
 }
 
-/* A failover server's replay would run the program's functions again. */
-static void no_failover(void)
-{
-    if (fgr_failover_keeping())
-        fgr_failover_refuse("the program runs host functions, which a failover server making its calls again would run "
-                            "again");
-}
-
 CUresult fgr_hostfn_launch(CUstream s, CUhostFn fn, void *data, unsigned pt)
 {
-    no_failover();
     struct fgr_ring *r = fgr_conn_ring();
     pthread_mutex_lock(&mu);
-    if (runner_start(r) || (!free_head && grow()) || chan_tried < 0) {
+    if (runner_start(r, 0) || (!free_head && grow()) || chan_tried < 0) {
         pthread_mutex_unlock(&mu);
         return CUDA_ERROR_NOT_SUPPORTED; /* run by the caller, then */
     }
     size_t i = free_head - 1;
     free_head = tab[i].next_free;
-    tab[i] = (struct entry){fn, data, 0};
+    tab[i] = (struct entry){.fn = fn, .data = data};
     pthread_mutex_unlock(&mu);
     return fgrHostFn(s, (unsigned long long)i + 1, pt);
 }
@@ -236,10 +271,9 @@ CUresult fgr_hostfn_launch(CUstream s, CUhostFn fn, void *data, unsigned pt)
  * (graphs.c), run once. */
 CUresult fgr_hostfn_id(CUhostFn fn, void *data, int keep, unsigned long long *id)
 {
-    no_failover();
     struct fgr_ring *r = fgr_conn_ring();
     pthread_mutex_lock(&mu);
-    if (runner_start(r) || chan_tried < 0) {
+    if (runner_start(r, 0) || chan_tried < 0) {
         pthread_mutex_unlock(&mu);
         return CUDA_ERROR_NOT_SUPPORTED;
     }
@@ -249,13 +283,47 @@ CUresult fgr_hostfn_id(CUhostFn fn, void *data, int keep, unsigned long long *id
     }
     size_t i = free_head - 1;
     free_head = tab[i].next_free;
-    tab[i] = (struct entry){fn, data, 0};
+    tab[i] = (struct entry){.fn = fn, .data = data};
     pthread_mutex_unlock(&mu);
     *id = ((unsigned long long)i + 1) | (keep ? FGR_HOSTFN_KEEP : 0);
     return CUDA_SUCCESS;
 }
 
-void fgr_hostfn_forget(unsigned long long id) { take(id & ~FGR_HOSTFN_KEEP); }
+void fgr_hostfn_forget(unsigned long long id)
+{
+    uint64_t k = (id & ~FGR_HOSTFN_KEEP) - 1;
+    pthread_mutex_lock(&mu);
+    if (k < ntab && tab[k].fn)
+        done_with((size_t)k);
+    pthread_mutex_unlock(&mu);
+}
+
+/* A checkpoint taken: every function launched before it has returned, so
+ * a replay starts after their runs; those kept for one are freed. */
+void fgr_hostfn_checkpoint(void)
+{
+    pthread_mutex_lock(&mu);
+    for (size_t k = 0; k < ntab; k++) {
+        if (!tab[k].fn)
+            continue;
+        tab[k].ran = tab[k].skip = 0;
+        if (tab[k].spent && !tab[k].busy)
+            release(k);
+    }
+    pthread_mutex_unlock(&mu);
+}
+
+/* Going on elsewhere from the last checkpoint: what ran since is what the
+ * replay runs again. */
+void fgr_hostfn_failover(void)
+{
+    pthread_mutex_lock(&mu);
+    for (size_t k = 0; k < ntab; k++) {
+        tab[k].skip = tab[k].ran;
+        tab[k].ran = 0;
+    }
+    pthread_mutex_unlock(&mu);
+}
 
 /* The function and data of a host node's id (kept ids only). */
 int fgr_hostfn_of(unsigned long long id, CUhostFn *fn, void **data)
@@ -323,13 +391,14 @@ int fgr_hostfn_moving(void)
 }
 
 /* The new connection current: its runner, where one ran before (a graph's
- * host nodes, made again there, call the program's functions through it). */
-void fgr_hostfn_moved(int ran)
+ * host nodes, made again there, call the program's functions through it;
+ * a replay's functions too, so it is there before the replay). */
+void fgr_hostfn_moved(int ran, int locked)
 {
     if (!ran)
         return;
     pthread_mutex_lock(&mu);
-    int r = runner_start(fgr_conn_ring());
+    int r = runner_start(fgr_conn_ring(), locked);
     pthread_mutex_unlock(&mu);
     if (r)
         fgr_say("host functions of the moved program run on the calling thread from here on");

@@ -198,7 +198,7 @@ static void move_ended(int moved, struct fgr_conn_saved *made, const struct fgr_
         fgr_conn_swap(made); /* the new one for good */
         fgr_conn_moved(to);
         fgr_failover_moved(to);
-        fgr_hostfn_moved(ran);
+        fgr_hostfn_moved(ran, 0);
         if (steps == 2)
             fgr_say("moved to the GPU server %s (in two steps: the program paused %u ms, %u to start it and %u to end it; "
                     "%.1f MiB of device memory copied, %.1f MiB of it device to device, and %.1f MiB of state; at %u ms "

@@ -140,10 +140,10 @@ func TestRemoteMigrate(t *testing.T) {
 // A program that runs host functions (cuLaunchHostFunc, and a graph's
 // host node at every launch) moves: its functions run once a step before
 // and after, on the new server, over a socket and over shared memory,
-// where its runner ends before the old rings go. With a failover server it
-// has none from its first host function (a replay would run them again):
-// its server killed, it ends with an error, as without one, and never
-// hangs on a replay that waits for a function.
+// where its runner ends before the old rings go. Its server killed, it
+// goes on at its failover server, from its first checkpoint (every call
+// made again) or from one a step: the replay's runs of functions that had
+// run are answered without running them, so each still ran once a step.
 func TestRemoteMigrateHostFunctions(t *testing.T) {
 	e := newEnv(t)
 	local := runsLocally(t, e, []string{"mover", "6", "0", "none", "none", "hostfn"}, "done")
@@ -157,14 +157,17 @@ func TestRemoteMigrateHostFunctions(t *testing.T) {
 			}
 		})
 	}
-	t.Run("failover", func(t *testing.T) {
-		a, b := e.serveNamed("fa", "unix"), e.serveNamed("fb", "unix")
-		p := failoverRunMover(t, e, a, b.addr, []string{"hostfn"}, "--checkpoint-every", "1ms")
-		said := "no failover from here on: the program runs host functions, which a failover server making its calls again would run again"
-		if p.code == 0 || strings.Count(p.stderr, said) != 1 || !strings.Contains(p.stderr, "CUDA calls now fail with CUDA_ERROR_DEVICE_UNAVAILABLE") {
-			t.Errorf("the program: exit %d\n%s\n%s", p.code, p.stdout, p.stderr)
+	for _, transport := range []string{"unix", "shm"} {
+		for _, every := range []string{"1h", "1ms"} {
+			t.Run("failover-"+transport+"-"+every, func(t *testing.T) {
+				a, b := e.serveNamed("fa-"+transport+every, transport), e.serveNamed("fb-"+transport+every, transport)
+				p := failoverRunMover(t, e, a, b.addr, []string{"hostfn"}, "--checkpoint-every", every)
+				if p.code != 0 || p.stdout != local.stdout || !strings.Contains(p.stderr, "going on at "+b.addr) {
+					t.Errorf("the program: exit %d\n%s\nwant\n%s\n%s", p.code, p.stdout, local.stdout, p.stderr)
+				}
+			})
 		}
-	})
+	}
 }
 
 // A program that made a pool of its own the device's current one keeps it
