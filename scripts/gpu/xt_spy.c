@@ -10,7 +10,11 @@
  *     gcc -shared -fPIC -O1 -o xt_spy.so xt_spy.c -ldl
  *     XT_SPY=21318c60-9714-3248-8ca6-41ff7324c8f2/51,UUID/WORD LD_PRELOAD=./xt_spy.so PROGRAM
  * The logger passes six integer arguments on: a word that takes more (on
- * the stack) cannot be watched this way. */
+ * the stack) cannot be watched this way. A spec "UUID/WORD/ARG" also
+ * watches the function the caller passes as argument ARG (a callback the
+ * word calls): its arguments are printed the same way, with the name of
+ * any that is a function of the module the word's second argument names
+ * (that module's functions are listed first). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <inttypes.h>
@@ -26,6 +30,12 @@ static word_fn orig[WATCHED];
 static int calls[WATCHED];
 static char what[WATCHED][64];
 static int (*ctx_current)(uint64_t *);
+static int cb_arg[WATCHED] = {-1, -1, -1, -1, -1, -1, -1, -1};
+static int (*fn_count)(unsigned *, uint64_t);
+static int (*fn_list)(uint64_t *, unsigned, uint64_t);
+static int (*fn_name)(const char **, uint64_t);
+static __thread word_fn cb_orig;
+static __thread uint64_t cb_module;
 
 static int mapped(uint64_t p)
 {
@@ -65,6 +75,47 @@ static void words(const char *w, const char *when, int i, uint64_t p)
     }
 }
 
+/* The functions of module m, by handle and name. */
+static void functions(const char *w, uint64_t m)
+{
+    unsigned n = 0;
+    uint64_t f[64];
+    if (!fn_count || fn_count(&n, m) || n == 0) {
+        fprintf(stderr, "xt_spy: %s   %" PRIx64 " is not a module with functions\n", w, m);
+        return;
+    }
+    if (n > 64)
+        n = 64;
+    if (fn_list(f, n, m))
+        return;
+    for (unsigned i = 0; i < n; i++) {
+        const char *name = "?";
+        fn_name(&name, f[i]);
+        fprintf(stderr, "xt_spy: %s   module function %u: %016" PRIx64 " %s\n", w, i, f[i], name);
+    }
+}
+
+static uint64_t cb_spy(uint64_t a0, uint64_t a1, uint64_t a2, uint64_t a3, uint64_t a4, uint64_t a5)
+{
+    uint64_t a[6] = {a0, a1, a2, a3, a4, a5};
+    fprintf(stderr, "xt_spy: callback: %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64 " %" PRIx64 "\n", a0,
+            a1, a2, a3, a4, a5);
+    for (int i = 0; i < 6; i++) {
+        if (!mapped(a[i]))
+            continue;
+        words("callback", "at    ", i, a[i]);
+        unsigned n = 0;
+        uint64_t f[64];
+        if (cb_module && fn_count && !fn_count(&n, cb_module) && n <= 64 && !fn_list(f, n, cb_module))
+            for (unsigned k = 0; k < n; k++)
+                if (f[k] == a[i])
+                    fprintf(stderr, "xt_spy: callback   arg%d is module function %u\n", i, k);
+    }
+    uint64_t r = cb_orig(a0, a1, a2, a3, a4, a5);
+    fprintf(stderr, "xt_spy: callback returns %" PRIx64 "\n", r);
+    return r;
+}
+
 static uint64_t spy(int s, void *from, uint64_t a0, uint64_t a1, uint64_t a2, uint64_t a3, uint64_t a4, uint64_t a5)
 {
     uint64_t a[6] = {a0, a1, a2, a3, a4, a5}, before[6] = {0}, ctx = 0;
@@ -86,7 +137,13 @@ static uint64_t spy(int s, void *from, uint64_t a0, uint64_t a1, uint64_t a2, ui
             before[i] = *(const uint64_t *)a[i];
             words(what[s], "before", i, a[i]);
         }
-    uint64_t r = orig[s](a0, a1, a2, a3, a4, a5);
+    if (cb_arg[s] >= 0 && a[cb_arg[s]]) {
+        cb_orig = (word_fn)a[cb_arg[s]];
+        a[cb_arg[s]] = (uint64_t)cb_spy;
+        cb_module = a1;
+        functions(what[s], a1);
+    }
+    uint64_t r = orig[s](a[0], a[1], a[2], a[3], a[4], a[5]);
     for (int i = 0; i < 6; i++)
         if (mapped(a[i])) {
             words(what[s], "after ", i, a[i]);
@@ -122,7 +179,7 @@ static void watch(int s, const char *spec, void *h)
         p++;
     }
     const char *sl = strchr(spec, '/');
-    if (k != 16 || !sl || sscanf(sl + 1, "%d", &slot) != 1) {
+    if (k != 16 || !sl || sscanf(sl + 1, "%d/%d", &slot, &cb_arg[s]) < 1 || cb_arg[s] > 5) {
         fprintf(stderr, "xt_spy: %s is not UUID/WORD\n", spec);
         return;
     }
@@ -155,6 +212,9 @@ __attribute__((constructor)) static void install(void)
         return;
     }
     ctx_current = (int (*)(uint64_t *))dlsym(h, "cuCtxGetCurrent");
+    fn_count = (int (*)(unsigned *, uint64_t))dlsym(h, "cuModuleGetFunctionCount");
+    fn_list = (int (*)(uint64_t *, unsigned, uint64_t))dlsym(h, "cuModuleEnumerateFunctions");
+    fn_name = (int (*)(const char **, uint64_t))dlsym(h, "cuFuncGetName");
     char buf[WATCHED * 64], *save = NULL;
     snprintf(buf, sizeof buf, "%s", specs);
     int s = 0;
