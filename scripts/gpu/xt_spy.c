@@ -197,7 +197,7 @@ static void watch(int s, const char *spec, void *h)
     }
     orig[s] = (word_fn)t[slot];
     t[slot] = (const void *)spies[s];
-    fprintf(stderr, "xt_spy: %s is watched\n", spec);
+    fprintf(stderr, "xt_spy: %s is watched (the table's word 0: %" PRIx64 ")\n", spec, (uint64_t)(uintptr_t)t[0]);
 }
 
 __attribute__((constructor)) static void install(void)
