@@ -27,7 +27,9 @@ struct desc {
     int dev, sms;
 };
 
-/* The driver's bytes of a resource: magic, device, split (0: none). */
+/* The driver's bytes of a resource: magic, device, split (0: none). Its
+ * SMs come in groups of 8 that run together (of 2 when split ignoring
+ * that), 2 at the least. */
 static void sm_resource(CUdevResource *r, int phys, unsigned sms, uint32_t split)
 {
     memset(r, 0, sizeof *r);
@@ -35,6 +37,8 @@ static void sm_resource(CUdevResource *r, int phys, unsigned sms, uint32_t split
     uint32_t w[3] = {RES_MAGIC, (uint32_t)phys, split};
     memcpy(r->_internal_padding, w, sizeof w);
     r->sm.smCount = sms;
+    r->sm.minSmPartitionSize = 2;
+    r->sm.smCoscheduledAlignment = sms % 8 ? 2 : 8;
 }
 
 /* A resource's device (-1: not one of ours) and split. */

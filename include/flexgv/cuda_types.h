@@ -770,8 +770,11 @@ typedef enum CUdevResourceType_enum {
     CU_DEV_RESOURCE_TYPE_SM = 1
 } CUdevResourceType;
 
+/* 12.8 added the two after the count, which is a multiple of the last. */
 typedef struct CUdevSmResource_st {
     unsigned int smCount;
+    unsigned int minSmPartitionSize;
+    unsigned int smCoscheduledAlignment;
 } CUdevSmResource;
 
 typedef struct CUdevResource_st {

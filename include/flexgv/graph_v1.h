@@ -17,6 +17,13 @@ static inline CUDA_KERNEL_NODE_PARAMS fg_kernel_node_of_v1(const CUDA_KERNEL_NOD
     return n;
 }
 
+/* The old entry's result, as driver 580's answers it (its result is
+ * optional there): another topology is not supported by it. */
+static inline CUgraphExecUpdateResult fg_update_result_v1(CUgraphExecUpdateResult r)
+{
+    return r == CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED ? CU_GRAPH_EXEC_UPDATE_ERROR_NOT_SUPPORTED : r;
+}
+
 /* Each exported definition of prefix's over the current entry points. */
 #define FG_GRAPH_V1_ENTRIES(prefix)                                                                                  \
     prefix CUresult cuGraphAddKernelNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, \
@@ -52,12 +59,13 @@ static inline CUDA_KERNEL_NODE_PARAMS fg_kernel_node_of_v1(const CUDA_KERNEL_NOD
     prefix CUresult cuGraphExecUpdate(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphNode *hErrorNode_out,           \
                                       CUgraphExecUpdateResult *updateResult_out)                                     \
     {                                                                                                                \
-        if (!hErrorNode_out || !updateResult_out)                                                                    \
+        if (!hErrorNode_out)                                                                                         \
             return CUDA_ERROR_INVALID_VALUE;                                                                         \
         CUgraphExecUpdateResultInfo info = {0};                                                                      \
         CUresult r = cuGraphExecUpdate_v2(hGraphExec, hGraph, &info);                                                \
         *hErrorNode_out = info.errorNode;                                                                            \
-        *updateResult_out = info.result;                                                                             \
+        if (updateResult_out)                                                                                        \
+            *updateResult_out = fg_update_result_v1(info.result);                                                    \
         return r;                                                                                                    \
     }                                                                                                                \
     prefix CUresult cuStreamGetCaptureInfo(CUstream hStream, CUstreamCaptureStatus *captureStatus_out,               \

@@ -335,3 +335,32 @@ CUresult fgr_xt_integrity(unsigned int version, uint64_t unix_seconds, uint64_t 
     free(devs);
     return CUDA_SUCCESS;
 }
+
+/* ---- tools module: a module's functions, for cuFFT's plans ---- */
+
+/* Each function of mod handed to each (with its name), as the driver does
+ * for cuFFT, whose each keeps the function it is given; the answer is how
+ * many (the driver answers 1 for a module of one function). The functions
+ * are the public calls' (cuModuleEnumerateFunctions), so a library uses
+ * them as any other. */
+CUresult fgr_xt_module_functions(CUcontext ctx, CUmodule mod,
+                                 void (*each)(void *, CUfunction, const char *, uint64_t, uint64_t, CUmodule), void *arg,
+                                 CUmodule again, const void *caller)
+{
+    (void)ctx, (void)again, (void)caller;
+    unsigned n = 0;
+    CUresult r = each ? cuModuleGetFunctionCount(&n, mod) : CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS || !n)
+        return r;
+    CUfunction *f = calloc(n, sizeof *f);
+    if (!f)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    if ((r = cuModuleEnumerateFunctions(f, n, mod)) == CUDA_SUCCESS)
+        for (unsigned i = 0; i < n; i++) {
+            const char *name = NULL;
+            cuFuncGetName(&name, f[i]);
+            each(arg, f[i], name, 0, 0, mod);
+        }
+    free(f);
+    return r == CUDA_SUCCESS ? (CUresult)n : r;
+}

@@ -15,8 +15,9 @@ enum {
     FGR_XT_t69a2 = 6,
     FGR_XT_log = 7,
     FGR_XT_integrity = 8,
-    FGR_XT_simA = 9,
-    FGR_XT_simB = 10,
+    FGR_XT_toolsmodule = 9,
+    FGR_XT_simA = 10,
+    FGR_XT_simB = 11,
 };
 
 /* cudart word 2 */
@@ -43,5 +44,7 @@ CUresult fgr_xt_ctx_id(CUcontext ctx, unsigned long long *id);
 void fgr_xt_log(const char *domain, int severity, const char *format, va_list args);
 /* integrity word 1 */
 CUresult fgr_xt_integrity(unsigned int version, uint64_t unix_seconds, uint64_t result[2]);
+/* toolsmodule word 7 */
+CUresult fgr_xt_module_functions(CUcontext ctx, CUmodule mod, void (*each)(void *, CUfunction, const char *, uint64_t, uint64_t, CUmodule), void *arg, CUmodule again, const void *caller);
 
 #endif

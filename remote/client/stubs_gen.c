@@ -9197,6 +9197,209 @@ static CUresult xt_integrity_fetch(void)
     return CUDA_SUCCESS;
 }
 
+/* Export table toolsmodule, in pages of its own. */
+static const void *xt_toolsmodule_words[512] __attribute__((aligned(4096)));
+static CUresult xt_toolsmodule_no1(void) { return fgr_xt_unsupported(150, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 1); }
+static CUresult xt_toolsmodule_no2(void) { return fgr_xt_unsupported(151, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 2); }
+static CUresult xt_toolsmodule_no3(void) { return fgr_xt_unsupported(152, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 3); }
+static CUresult xt_toolsmodule_no4(void) { return fgr_xt_unsupported(153, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 4); }
+static CUresult xt_toolsmodule_no5(void) { return fgr_xt_unsupported(154, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 5); }
+static CUresult xt_toolsmodule_no6(void) { return fgr_xt_unsupported(155, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 6); }
+static CUresult xt_toolsmodule_no8(void) { return fgr_xt_unsupported(156, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 8); }
+static CUresult xt_toolsmodule_no9(void) { return fgr_xt_unsupported(157, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 9); }
+static CUresult xt_toolsmodule_no10(void) { return fgr_xt_unsupported(158, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 10); }
+static CUresult xt_toolsmodule_no11(void) { return fgr_xt_unsupported(159, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 11); }
+static CUresult xt_toolsmodule_no12(void) { return fgr_xt_unsupported(160, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 12); }
+static CUresult xt_toolsmodule_no13(void) { return fgr_xt_unsupported(161, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 13); }
+static CUresult xt_toolsmodule_no14(void) { return fgr_xt_unsupported(162, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 14); }
+static CUresult xt_toolsmodule_no15(void) { return fgr_xt_unsupported(163, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 15); }
+static CUresult xt_toolsmodule_no16(void) { return fgr_xt_unsupported(164, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 16); }
+static CUresult xt_toolsmodule_no17(void) { return fgr_xt_unsupported(165, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 17); }
+static CUresult xt_toolsmodule_no18(void) { return fgr_xt_unsupported(166, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 18); }
+static CUresult xt_toolsmodule_no19(void) { return fgr_xt_unsupported(167, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 19); }
+static CUresult xt_toolsmodule_no20(void) { return fgr_xt_unsupported(168, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 20); }
+static CUresult xt_toolsmodule_no21(void) { return fgr_xt_unsupported(169, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 21); }
+static CUresult xt_toolsmodule_no22(void) { return fgr_xt_unsupported(170, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 22); }
+static CUresult xt_toolsmodule_no23(void) { return fgr_xt_unsupported(171, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 23); }
+static CUresult xt_toolsmodule_no24(void) { return fgr_xt_unsupported(172, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 24); }
+static CUresult xt_toolsmodule_no25(void) { return fgr_xt_unsupported(173, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 25); }
+static CUresult xt_toolsmodule_no26(void) { return fgr_xt_unsupported(174, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 26); }
+static CUresult xt_toolsmodule_no27(void) { return fgr_xt_unsupported(175, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 27); }
+static CUresult xt_toolsmodule_no28(void) { return fgr_xt_unsupported(176, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 28); }
+static CUresult xt_toolsmodule_no29(void) { return fgr_xt_unsupported(177, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 29); }
+static CUresult xt_toolsmodule_no30(void) { return fgr_xt_unsupported(178, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 30); }
+static CUresult xt_toolsmodule_no31(void) { return fgr_xt_unsupported(179, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 31); }
+static CUresult xt_toolsmodule_no32(void) { return fgr_xt_unsupported(180, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 32); }
+static CUresult xt_toolsmodule_no33(void) { return fgr_xt_unsupported(181, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 33); }
+static CUresult xt_toolsmodule_no34(void) { return fgr_xt_unsupported(182, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 34); }
+static CUresult xt_toolsmodule_no35(void) { return fgr_xt_unsupported(183, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 35); }
+static CUresult xt_toolsmodule_no36(void) { return fgr_xt_unsupported(184, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 36); }
+static CUresult xt_toolsmodule_no37(void) { return fgr_xt_unsupported(185, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 37); }
+static CUresult xt_toolsmodule_no38(void) { return fgr_xt_unsupported(186, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 38); }
+static CUresult xt_toolsmodule_no39(void) { return fgr_xt_unsupported(187, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 39); }
+static CUresult xt_toolsmodule_no40(void) { return fgr_xt_unsupported(188, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 40); }
+static CUresult xt_toolsmodule_no41(void) { return fgr_xt_unsupported(189, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 41); }
+static CUresult xt_toolsmodule_no42(void) { return fgr_xt_unsupported(190, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 42); }
+static CUresult xt_toolsmodule_no43(void) { return fgr_xt_unsupported(191, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 43); }
+static CUresult xt_toolsmodule_no44(void) { return fgr_xt_unsupported(192, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 44); }
+static CUresult xt_toolsmodule_no45(void) { return fgr_xt_unsupported(193, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 45); }
+static CUresult xt_toolsmodule_no46(void) { return fgr_xt_unsupported(194, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 46); }
+static CUresult xt_toolsmodule_no47(void) { return fgr_xt_unsupported(195, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 47); }
+static CUresult xt_toolsmodule_no48(void) { return fgr_xt_unsupported(196, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 48); }
+static CUresult xt_toolsmodule_no49(void) { return fgr_xt_unsupported(197, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 49); }
+static CUresult xt_toolsmodule_no50(void) { return fgr_xt_unsupported(198, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 50); }
+static CUresult xt_toolsmodule_no51(void) { return fgr_xt_unsupported(199, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 51); }
+static CUresult xt_toolsmodule_no52(void) { return fgr_xt_unsupported(200, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 52); }
+static CUresult xt_toolsmodule_no53(void) { return fgr_xt_unsupported(201, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 53); }
+static CUresult xt_toolsmodule_no54(void) { return fgr_xt_unsupported(202, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 54); }
+static CUresult xt_toolsmodule_no55(void) { return fgr_xt_unsupported(203, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 55); }
+static CUresult xt_toolsmodule_no56(void) { return fgr_xt_unsupported(204, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 56); }
+static CUresult xt_toolsmodule_no57(void) { return fgr_xt_unsupported(205, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 57); }
+static CUresult xt_toolsmodule_no58(void) { return fgr_xt_unsupported(206, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 58); }
+static CUresult xt_toolsmodule_no59(void) { return fgr_xt_unsupported(207, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 59); }
+static CUresult xt_toolsmodule_no60(void) { return fgr_xt_unsupported(208, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 60); }
+static CUresult xt_toolsmodule_no61(void) { return fgr_xt_unsupported(209, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 61); }
+static CUresult xt_toolsmodule_no62(void) { return fgr_xt_unsupported(210, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 62); }
+static CUresult xt_toolsmodule_no63(void) { return fgr_xt_unsupported(211, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 63); }
+static CUresult xt_toolsmodule_no64(void) { return fgr_xt_unsupported(212, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 64); }
+static CUresult xt_toolsmodule_no65(void) { return fgr_xt_unsupported(213, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 65); }
+static CUresult xt_toolsmodule_no66(void) { return fgr_xt_unsupported(214, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 66); }
+static CUresult xt_toolsmodule_no67(void) { return fgr_xt_unsupported(215, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 67); }
+static CUresult xt_toolsmodule_no68(void) { return fgr_xt_unsupported(216, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 68); }
+static CUresult xt_toolsmodule_no69(void) { return fgr_xt_unsupported(217, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 69); }
+static CUresult xt_toolsmodule_no70(void) { return fgr_xt_unsupported(218, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 70); }
+static CUresult xt_toolsmodule_no71(void) { return fgr_xt_unsupported(219, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 71); }
+static CUresult xt_toolsmodule_no72(void) { return fgr_xt_unsupported(220, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 72); }
+static CUresult xt_toolsmodule_no73(void) { return fgr_xt_unsupported(221, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 73); }
+static CUresult xt_toolsmodule_no74(void) { return fgr_xt_unsupported(222, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 74); }
+static CUresult xt_toolsmodule_no75(void) { return fgr_xt_unsupported(223, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 75); }
+static CUresult xt_toolsmodule_no76(void) { return fgr_xt_unsupported(224, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 76); }
+static CUresult xt_toolsmodule_no77(void) { return fgr_xt_unsupported(225, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 77); }
+static CUresult xt_toolsmodule_no78(void) { return fgr_xt_unsupported(226, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 78); }
+static CUresult xt_toolsmodule_no79(void) { return fgr_xt_unsupported(227, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 79); }
+static CUresult xt_toolsmodule_no80(void) { return fgr_xt_unsupported(228, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 80); }
+static CUresult xt_toolsmodule_no81(void) { return fgr_xt_unsupported(229, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 81); }
+static CUresult xt_toolsmodule_no82(void) { return fgr_xt_unsupported(230, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 82); }
+static CUresult xt_toolsmodule_no83(void) { return fgr_xt_unsupported(231, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 83); }
+static CUresult xt_toolsmodule_no84(void) { return fgr_xt_unsupported(232, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 84); }
+static CUresult xt_toolsmodule_no85(void) { return fgr_xt_unsupported(233, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 85); }
+static CUresult xt_toolsmodule_no86(void) { return fgr_xt_unsupported(234, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 86); }
+static CUresult xt_toolsmodule_no87(void) { return fgr_xt_unsupported(235, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 87); }
+static CUresult xt_toolsmodule_no88(void) { return fgr_xt_unsupported(236, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 88); }
+static CUresult xt_toolsmodule_no89(void) { return fgr_xt_unsupported(237, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 89); }
+static CUresult xt_toolsmodule_no90(void) { return fgr_xt_unsupported(238, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 90); }
+static CUresult xt_toolsmodule_no91(void) { return fgr_xt_unsupported(239, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 91); }
+static CUresult xt_toolsmodule_no92(void) { return fgr_xt_unsupported(240, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 92); }
+static CUresult xt_toolsmodule_no93(void) { return fgr_xt_unsupported(241, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 93); }
+static CUresult xt_toolsmodule_no94(void) { return fgr_xt_unsupported(242, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 94); }
+static CUresult xt_toolsmodule_no95(void) { return fgr_xt_unsupported(243, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 95); }
+static CUresult xt_toolsmodule_no96(void) { return fgr_xt_unsupported(244, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 96); }
+static CUresult xt_toolsmodule_no97(void) { return fgr_xt_unsupported(245, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 97); }
+static CUresult xt_toolsmodule_no98(void) { return fgr_xt_unsupported(246, "toolsmodule 6e163fbe-b958-444d-835c-e182aff1991e", 98); }
+static CUresult xt_toolsmodule_fetch(void)
+{
+    xt_toolsmodule_words[0] = (const void *)(99 * sizeof(void *));
+    xt_toolsmodule_words[1] = (const void *)xt_toolsmodule_no1;
+    xt_toolsmodule_words[2] = (const void *)xt_toolsmodule_no2;
+    xt_toolsmodule_words[3] = (const void *)xt_toolsmodule_no3;
+    xt_toolsmodule_words[4] = (const void *)xt_toolsmodule_no4;
+    xt_toolsmodule_words[5] = (const void *)xt_toolsmodule_no5;
+    xt_toolsmodule_words[6] = (const void *)xt_toolsmodule_no6;
+    xt_toolsmodule_words[7] = (const void *)fgr_xt_module_functions;
+    xt_toolsmodule_words[8] = (const void *)xt_toolsmodule_no8;
+    xt_toolsmodule_words[9] = (const void *)xt_toolsmodule_no9;
+    xt_toolsmodule_words[10] = (const void *)xt_toolsmodule_no10;
+    xt_toolsmodule_words[11] = (const void *)xt_toolsmodule_no11;
+    xt_toolsmodule_words[12] = (const void *)xt_toolsmodule_no12;
+    xt_toolsmodule_words[13] = (const void *)xt_toolsmodule_no13;
+    xt_toolsmodule_words[14] = (const void *)xt_toolsmodule_no14;
+    xt_toolsmodule_words[15] = (const void *)xt_toolsmodule_no15;
+    xt_toolsmodule_words[16] = (const void *)xt_toolsmodule_no16;
+    xt_toolsmodule_words[17] = (const void *)xt_toolsmodule_no17;
+    xt_toolsmodule_words[18] = (const void *)xt_toolsmodule_no18;
+    xt_toolsmodule_words[19] = (const void *)xt_toolsmodule_no19;
+    xt_toolsmodule_words[20] = (const void *)xt_toolsmodule_no20;
+    xt_toolsmodule_words[21] = (const void *)xt_toolsmodule_no21;
+    xt_toolsmodule_words[22] = (const void *)xt_toolsmodule_no22;
+    xt_toolsmodule_words[23] = (const void *)xt_toolsmodule_no23;
+    xt_toolsmodule_words[24] = (const void *)xt_toolsmodule_no24;
+    xt_toolsmodule_words[25] = (const void *)xt_toolsmodule_no25;
+    xt_toolsmodule_words[26] = (const void *)xt_toolsmodule_no26;
+    xt_toolsmodule_words[27] = (const void *)xt_toolsmodule_no27;
+    xt_toolsmodule_words[28] = (const void *)xt_toolsmodule_no28;
+    xt_toolsmodule_words[29] = (const void *)xt_toolsmodule_no29;
+    xt_toolsmodule_words[30] = (const void *)xt_toolsmodule_no30;
+    xt_toolsmodule_words[31] = (const void *)xt_toolsmodule_no31;
+    xt_toolsmodule_words[32] = (const void *)xt_toolsmodule_no32;
+    xt_toolsmodule_words[33] = (const void *)xt_toolsmodule_no33;
+    xt_toolsmodule_words[34] = (const void *)xt_toolsmodule_no34;
+    xt_toolsmodule_words[35] = (const void *)xt_toolsmodule_no35;
+    xt_toolsmodule_words[36] = (const void *)xt_toolsmodule_no36;
+    xt_toolsmodule_words[37] = (const void *)xt_toolsmodule_no37;
+    xt_toolsmodule_words[38] = (const void *)xt_toolsmodule_no38;
+    xt_toolsmodule_words[39] = (const void *)xt_toolsmodule_no39;
+    xt_toolsmodule_words[40] = (const void *)xt_toolsmodule_no40;
+    xt_toolsmodule_words[41] = (const void *)xt_toolsmodule_no41;
+    xt_toolsmodule_words[42] = (const void *)xt_toolsmodule_no42;
+    xt_toolsmodule_words[43] = (const void *)xt_toolsmodule_no43;
+    xt_toolsmodule_words[44] = (const void *)xt_toolsmodule_no44;
+    xt_toolsmodule_words[45] = (const void *)xt_toolsmodule_no45;
+    xt_toolsmodule_words[46] = (const void *)xt_toolsmodule_no46;
+    xt_toolsmodule_words[47] = (const void *)xt_toolsmodule_no47;
+    xt_toolsmodule_words[48] = (const void *)xt_toolsmodule_no48;
+    xt_toolsmodule_words[49] = (const void *)xt_toolsmodule_no49;
+    xt_toolsmodule_words[50] = (const void *)xt_toolsmodule_no50;
+    xt_toolsmodule_words[51] = (const void *)xt_toolsmodule_no51;
+    xt_toolsmodule_words[52] = (const void *)xt_toolsmodule_no52;
+    xt_toolsmodule_words[53] = (const void *)xt_toolsmodule_no53;
+    xt_toolsmodule_words[54] = (const void *)xt_toolsmodule_no54;
+    xt_toolsmodule_words[55] = (const void *)xt_toolsmodule_no55;
+    xt_toolsmodule_words[56] = (const void *)xt_toolsmodule_no56;
+    xt_toolsmodule_words[57] = (const void *)xt_toolsmodule_no57;
+    xt_toolsmodule_words[58] = (const void *)xt_toolsmodule_no58;
+    xt_toolsmodule_words[59] = (const void *)xt_toolsmodule_no59;
+    xt_toolsmodule_words[60] = (const void *)xt_toolsmodule_no60;
+    xt_toolsmodule_words[61] = (const void *)xt_toolsmodule_no61;
+    xt_toolsmodule_words[62] = (const void *)xt_toolsmodule_no62;
+    xt_toolsmodule_words[63] = (const void *)xt_toolsmodule_no63;
+    xt_toolsmodule_words[64] = (const void *)xt_toolsmodule_no64;
+    xt_toolsmodule_words[65] = (const void *)xt_toolsmodule_no65;
+    xt_toolsmodule_words[66] = (const void *)xt_toolsmodule_no66;
+    xt_toolsmodule_words[67] = (const void *)xt_toolsmodule_no67;
+    xt_toolsmodule_words[68] = (const void *)xt_toolsmodule_no68;
+    xt_toolsmodule_words[69] = (const void *)xt_toolsmodule_no69;
+    xt_toolsmodule_words[70] = (const void *)xt_toolsmodule_no70;
+    xt_toolsmodule_words[71] = (const void *)xt_toolsmodule_no71;
+    xt_toolsmodule_words[72] = (const void *)xt_toolsmodule_no72;
+    xt_toolsmodule_words[73] = (const void *)xt_toolsmodule_no73;
+    xt_toolsmodule_words[74] = (const void *)xt_toolsmodule_no74;
+    xt_toolsmodule_words[75] = (const void *)xt_toolsmodule_no75;
+    xt_toolsmodule_words[76] = (const void *)xt_toolsmodule_no76;
+    xt_toolsmodule_words[77] = (const void *)xt_toolsmodule_no77;
+    xt_toolsmodule_words[78] = (const void *)xt_toolsmodule_no78;
+    xt_toolsmodule_words[79] = (const void *)xt_toolsmodule_no79;
+    xt_toolsmodule_words[80] = (const void *)xt_toolsmodule_no80;
+    xt_toolsmodule_words[81] = (const void *)xt_toolsmodule_no81;
+    xt_toolsmodule_words[82] = (const void *)xt_toolsmodule_no82;
+    xt_toolsmodule_words[83] = (const void *)xt_toolsmodule_no83;
+    xt_toolsmodule_words[84] = (const void *)xt_toolsmodule_no84;
+    xt_toolsmodule_words[85] = (const void *)xt_toolsmodule_no85;
+    xt_toolsmodule_words[86] = (const void *)xt_toolsmodule_no86;
+    xt_toolsmodule_words[87] = (const void *)xt_toolsmodule_no87;
+    xt_toolsmodule_words[88] = (const void *)xt_toolsmodule_no88;
+    xt_toolsmodule_words[89] = (const void *)xt_toolsmodule_no89;
+    xt_toolsmodule_words[90] = (const void *)xt_toolsmodule_no90;
+    xt_toolsmodule_words[91] = (const void *)xt_toolsmodule_no91;
+    xt_toolsmodule_words[92] = (const void *)xt_toolsmodule_no92;
+    xt_toolsmodule_words[93] = (const void *)xt_toolsmodule_no93;
+    xt_toolsmodule_words[94] = (const void *)xt_toolsmodule_no94;
+    xt_toolsmodule_words[95] = (const void *)xt_toolsmodule_no95;
+    xt_toolsmodule_words[96] = (const void *)xt_toolsmodule_no96;
+    xt_toolsmodule_words[97] = (const void *)xt_toolsmodule_no97;
+    xt_toolsmodule_words[98] = (const void *)xt_toolsmodule_no98;
+    return CUDA_SUCCESS;
+}
+
 /* Export table simA, in pages of its own. */
 static const void *xt_simA_words[512] __attribute__((aligned(4096)));
 static uint64_t xt_simA_1(uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint64_t e, uint64_t f, uint64_t g, uint64_t h, uint64_t i, uint64_t j)
@@ -9342,9 +9545,10 @@ const struct fgr_table fgr_tables[] = {
     {{{105, 162, 142, 159, 36, 73, 139, 71, 176, 48, 197, 218, 51, 14, 164, 233}}, xt_t69a2_words, sizeof xt_t69a2_words, xt_t69a2_fetch},
     {{{248, 207, 249, 81, 33, 70, 139, 78, 185, 226, 251, 70, 158, 124, 13, 217}}, xt_log_words, sizeof xt_log_words, xt_log_fetch},
     {{{212, 8, 32, 85, 189, 230, 112, 75, 141, 52, 186, 18, 60, 102, 225, 242}}, xt_integrity_words, sizeof xt_integrity_words, xt_integrity_fetch},
+    {{{110, 22, 63, 190, 185, 88, 68, 77, 131, 92, 225, 130, 175, 241, 153, 30}}, xt_toolsmodule_words, sizeof xt_toolsmodule_words, xt_toolsmodule_fetch},
     {{{102, 108, 101, 120, 103, 118, 45, 115, 105, 109, 45, 116, 97, 98, 45, 65}}, xt_simA_words, sizeof xt_simA_words, xt_simA_fetch},
     {{{102, 108, 101, 120, 103, 118, 45, 115, 105, 109, 45, 116, 97, 98, 45, 66}}, xt_simB_words, sizeof xt_simB_words, xt_simB_fetch},
 };
 
-const int fgr_ntables = 11;
-unsigned char fgr_xt_said[151];
+const int fgr_ntables = 12;
+unsigned char fgr_xt_said[248];

@@ -53,7 +53,8 @@ int main(void)
     DRV(cuDeviceGetDevResource(0, &all, CU_DEV_RESOURCE_TYPE_SM));
     unsigned n = 0;
     DRV(cuDevSmResourceSplitByCount(NULL, &n, &all, NULL, 0, 8));
-    printf("device: %u SMs, %u groups of 8 possible\n", all.sm.smCount, n);
+    printf("device: %u SMs (at least %u a group, %u run together), %u groups of 8 possible\n", all.sm.smCount,
+           all.sm.minSmPartitionSize, all.sm.smCoscheduledAlignment, n);
     n = 2;
     DRV(cuDevSmResourceSplitByCount(groups, &n, &all, &rest, 0, 5));
     printf("split into 2 of at least 5: %u groups of %u, %u SMs left\n", n, groups[0].sm.smCount, rest.sm.smCount);

@@ -591,6 +591,8 @@ int main(void)
     FIELD(CUmemPoolProps, reserved);
     SIZE(CUdevSmResource);
     FIELD(CUdevSmResource, smCount);
+    FIELD(CUdevSmResource, minSmPartitionSize);
+    FIELD(CUdevSmResource, smCoscheduledAlignment);
     SIZE(CUdevResource);
     FIELD(CUdevResource, type);
     FIELD(CUdevResource, _internal_padding);

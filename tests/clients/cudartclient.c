@@ -8,8 +8,9 @@
  * without retaining it, tools TLS, context checks and identity, the tools'
  * callback buffers, the integrity check checked as the runtime checks it
  * (recomputed from the public calls' answers), the context object cuBLAS
- * makes and asks about (forwarded), and a word the client does
- * not emulate, called twice. Prints one line per table; exit status 0 when
+ * makes and asks about (forwarded), a module's functions handed to a
+ * function of the caller's as cuFFT asks for them, and a word the client
+ * does not emulate, called twice. Prints one line per table; exit status 0 when
  * every check passed, failures on stderr as "cudartclient: WHAT". */
 #include "common.h"
 #include "integrity_devices.h"
@@ -36,6 +37,8 @@ typedef CUresult (*integrity_fn)(unsigned int, uint64_t, uint64_t[2]);
 typedef CUresult (*unknown_fn)(void);
 typedef CUresult (*object_fn)(CUcontext, uint64_t, void **, uint64_t);
 typedef CUresult (*object_query_fn)(CUcontext, void *, uint64_t *, uint64_t);
+typedef void (*each_fn)(void *, CUfunction, const char *, uint64_t, uint64_t, CUmodule);
+typedef CUresult (*functions_fn)(CUcontext, CUmodule, each_fn, void *, CUmodule, const void *);
 
 /* The census's tables: UUID bytes in memory order, size word (0: none). */
 static const struct {
@@ -52,8 +55,9 @@ static const struct {
     {"t69a2", {0x69, 0xa2, 0x8e, 0x9f, 0x24, 0x49, 0x8b, 0x47, 0xb0, 0x30, 0xc5, 0xda, 0x33, 0x0e, 0xa4, 0xe9}, 272},
     {"log", {0xf8, 0xcf, 0xf9, 0x51, 0x21, 0x46, 0x8b, 0x4e, 0xb9, 0xe2, 0xfb, 0x46, 0x9e, 0x7c, 0x0d, 0xd9}, 24},
     {"integrity", {0xd4, 0x08, 0x20, 0x55, 0xbd, 0xe6, 0x70, 0x4b, 0x8d, 0x34, 0xba, 0x12, 0x3c, 0x66, 0xe1, 0xf2}, 24},
+    {"toolsmodule", {0x6e, 0x16, 0x3f, 0xbe, 0xb9, 0x58, 0x44, 0x4d, 0x83, 0x5c, 0xe1, 0x82, 0xaf, 0xf1, 0x99, 0x1e}, 792},
 };
-enum { CUDART, CLS, TOOLSTLS, HOOKS, CTXCHECKS, CTX, T69A2, LOG, INTEGRITY, NTABLES };
+enum { CUDART, CLS, TOOLSTLS, HOOKS, CTXCHECKS, CTX, T69A2, LOG, INTEGRITY, TOOLSMODULE, NTABLES };
 static const void *const *tab[NTABLES];
 
 #define FN(t, i, type) ((type)(uintptr_t)tab[t][i])
@@ -82,6 +86,54 @@ static int readonly(const void *p)
     if (f)
         fclose(f);
     return ro;
+}
+
+/* ---- the tools' module table: a module's functions ---- */
+
+static struct {
+    CUfunction f[4];
+    char names[4][16];
+    int n;
+} seen;
+
+static void keep(void *arg, CUfunction f, const char *name, uint64_t a, uint64_t b, CUmodule m)
+{
+    check("each's argument", arg == &seen, 1);
+    check("each's unknown words", (long)(a | b), 0);
+    (void)m;
+    if (seen.n < 4) {
+        seen.f[seen.n] = f;
+        snprintf(seen.names[seen.n++], 16, "%s", name ? name : "(none)");
+    }
+}
+
+/* As cuFFT gets the kernel of a module it loaded: each function handed to
+ * a function of the caller's, which keeps it; how many is the answer. The
+ * functions are the module's own, which the caller then asks about. */
+static void module_functions(void)
+{
+    static const char image[] = "FLEXGV-SIM-MODULE\nkernel add 5 builtin=add\nkernel fill 5 builtin=fill\n";
+    CUcontext ctx;
+    CUmodule mod;
+    CHECK(cuCtxGetCurrent(&ctx));
+    CHECK(cuModuleLoadData(&mod, image));
+    functions_fn functions = FN(TOOLSMODULE, 7, functions_fn);
+    check("the module's functions", functions(ctx, mod, keep, &seen, mod, tab[TOOLSMODULE]), 2);
+    check("the module's functions handed over", seen.n, 2);
+    int named = 0;
+    for (int i = 0; i < seen.n && i < 2; i++) {
+        CUfunction byname;
+        check("a function by name", cuModuleGetFunction(&byname, mod, seen.names[i]), CUDA_SUCCESS);
+        named += byname == seen.f[i];
+        int threads = 0;
+        check("a function's attribute", cuFuncGetAttribute(&threads, CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, seen.f[i]),
+              CUDA_SUCCESS);
+        check("a function's threads", threads > 0, 1);
+    }
+    check("each function is the module's of its name", named, 2);
+    check("no function handed over", functions(ctx, mod, NULL, &seen, mod, NULL), CUDA_ERROR_INVALID_VALUE);
+    check("the module gone", cuModuleUnload(mod), CUDA_SUCCESS);
+    printf("tools module: %s and %s\n", seen.names[0], seen.names[1]);
 }
 
 /* ---- context-local storage ---- */
@@ -318,6 +370,7 @@ int main(void)
     FN(HOOKS, 6, buffer_fn)(&buf, &size);
     check("callback buffer 2", buf != NULL && size == 14 && ((unsigned char *)buf)[size - 1] == 0, 1);
 
+    module_functions();
     storage();
     integrity();
 

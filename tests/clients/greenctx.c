@@ -59,7 +59,8 @@ int main(int argc, char **argv)
     CHECK(cuDeviceGetDevResource(0, &all, CU_DEV_RESOURCE_TYPE_SM));
     unsigned n = 0;
     CHECK(cuDevSmResourceSplitByCount(NULL, &n, &all, NULL, 0, 8));
-    printf("device: %u SMs, %u groups of 8 possible\n", all.sm.smCount, n);
+    printf("device: %u SMs (at least %u a group, %u run together), %u groups of 8 possible\n", all.sm.smCount,
+           all.sm.minSmPartitionSize, all.sm.smCoscheduledAlignment, n);
     n = 2;
     CHECK(cuDevSmResourceSplitByCount(groups, &n, &all, &rest, 0, 5));
     printf("split into 2 of at least 5: %u groups of %u, %u SMs left\n", n, groups[0].sm.smCount, rest.sm.smCount);

@@ -14,7 +14,7 @@ func TestGreenContexts(t *testing.T) {
 	argv := []string{"greenctx"}
 	e := newEnv(t)
 	local := runsLocally(t, e, argv,
-		"device: 40 SMs, 5 groups of 8 possible\n",
+		"device: 40 SMs (at least 2 a group, 8 run together), 5 groups of 8 possible\n",
 		"split into 2 of at least 5: 2 groups of 8, 24 SMs left\n",
 		"split refusals: no resource type CUDA_ERROR_INVALID_RESOURCE_TYPE, more than the device CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION, "+
 			"a group split again CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION\n",

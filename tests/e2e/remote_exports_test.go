@@ -22,7 +22,8 @@ func TestRemoteCudartTables(t *testing.T) {
 				t.Fatalf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
 			}
 			for _, want := range []string{"table cls: 0 bytes\n", "table ctx: 744 bytes\n",
-				"cls: 6 threads, destructors at destroy and reset\n", "integrity: as recomputed over 2 devices\n"} {
+				"cls: 6 threads, destructors at destroy and reset\n", "integrity: as recomputed over 2 devices\n",
+				"tools module: add and fill\n"} {
 				if !strings.Contains(r.stdout, want) {
 					t.Errorf("output lacks %q:\n%s", want, r.stdout)
 				}
