@@ -55,10 +55,11 @@ static inline int fg_array_bytes(size_t w, size_t h, size_t d, CUarray_format f,
 
 /* A 3D copy is a 2D copy per slice: whether its description holds
  * together, and slice z as a 2D copy whose rows count from the memory's
- * start (not for a CUDA array of more than one slice: its z is a layer). */
+ * start (not for a CUDA array of more than one slice: its z is a layer).
+ * The first reserved word is not looked at, as driver 580 does not. */
 static inline int fg_memcpy3d_valid(const CUDA_MEMCPY3D *p)
 {
-    return p && !p->reserved0 && !p->reserved1 &&
+    return p && !p->reserved1 &&
            (p->Depth <= 1 || ((p->srcMemoryType == CU_MEMORYTYPE_ARRAY || p->srcHeight >= p->Height) &&
                               (p->dstMemoryType == CU_MEMORYTYPE_ARRAY || p->dstHeight >= p->Height)));
 }

@@ -111,7 +111,6 @@ int main(void)
     double waves = ceil((double)all.sm.smCount / gr.sm.smCount), ratio = green / whole;
     printf("a kernel on %u of %u SMs takes as many times as long as its waves (%.0f): %s\n", gr.sm.smCount,
            all.sm.smCount, waves, fabs(ratio - waves) < 0.25 * waves ? "yes" : "no");
-    fprintf(stderr, "greenctx: %.3f ms on the group, %.3f ms on the device: %.2f times\n", green, whole, ratio);
 
     DRV(cuCtxSetCurrent(gc));
     CUdeviceptr d;
