@@ -2,7 +2,8 @@
  * each, in the batch's stream and order: every source is then read in
  * stream order, which each access order a batch may ask for allows. The
  * batch is checked whole first, as the driver checks it: a stream other
- * than the legacy one, no flags, each copy's extent (in elements: bytes
+ * than the legacy one (NULL too in the per-thread variant: driver 580
+ * refuses it there), no flags, each copy's extent (in elements: bytes
  * between pointers, the array's elements otherwise, of one size between
  * two arrays), sides, rows and layers (none shorter than the copy's; 0 for
  * the copy's own), access order and flags. Shared by the simulated GPU and
@@ -80,13 +81,12 @@ static inline int fg_batch3d_op(const CUDA_MEMCPY3D_BATCH_OP *op, CUDA_MEMCPY3D 
 }
 
 /* The copies, or the first that is not one or failed (*fail: its index,
- * SIZE_MAX for the batch's own arguments); pt: the per-thread default
- * stream's variant, where NULL is that stream. */
-static inline CUresult fg_memcpy3d_batch(fg_copy3d_fn copy, int pt, size_t n, const CUDA_MEMCPY3D_BATCH_OP *ops,
+ * SIZE_MAX for the batch's own arguments). */
+static inline CUresult fg_memcpy3d_batch(fg_copy3d_fn copy, size_t n, const CUDA_MEMCPY3D_BATCH_OP *ops,
                                          unsigned long long flags, CUstream s, size_t *fail)
 {
     *fail = SIZE_MAX;
-    if (!n || !ops || flags || (s == NULL && !pt) || s == CU_STREAM_LEGACY)
+    if (!n || !ops || flags || s == NULL || s == CU_STREAM_LEGACY)
         return CUDA_ERROR_INVALID_VALUE;
     CUDA_MEMCPY3D c;
     for (size_t i = 0; i < n; i++)
@@ -106,11 +106,11 @@ static inline CUresult fg_memcpy3d_batch(fg_copy3d_fn copy, int pt, size_t n, co
 }
 
 /* The same, the copy at fault told where failIdx is given (12.8's ABI). */
-static inline CUresult fg_memcpy3d_batch_at(fg_copy3d_fn copy, int pt, size_t n, const CUDA_MEMCPY3D_BATCH_OP *ops,
+static inline CUresult fg_memcpy3d_batch_at(fg_copy3d_fn copy, size_t n, const CUDA_MEMCPY3D_BATCH_OP *ops,
                                             size_t *failIdx, unsigned long long flags, CUstream s)
 {
     size_t fail;
-    CUresult r = fg_memcpy3d_batch(copy, pt, n, ops, flags, s, &fail);
+    CUresult r = fg_memcpy3d_batch(copy, n, ops, flags, s, &fail);
     if (r != CUDA_SUCCESS && failIdx)
         *failIdx = fail;
     return r;
@@ -122,22 +122,22 @@ static inline CUresult fg_memcpy3d_batch_at(fg_copy3d_fn copy, int pt, size_t n,
     prefix CUresult cuMemcpy3DBatchAsync_v2(size_t n, CUDA_MEMCPY3D_BATCH_OP *ops, unsigned long long flags,          \
                                             CUstream s)                                                               \
     {                                                                                                                 \
-        return fg_memcpy3d_batch_at(copy, 0, n, ops, NULL, flags, s);                                                 \
+        return fg_memcpy3d_batch_at(copy, n, ops, NULL, flags, s);                                                 \
     }                                                                                                                 \
     prefix CUresult cuMemcpy3DBatchAsync_v2_ptsz(size_t n, CUDA_MEMCPY3D_BATCH_OP *ops, unsigned long long flags,     \
                                                  CUstream s)                                                          \
     {                                                                                                                 \
-        return fg_memcpy3d_batch_at(copy_pt, 1, n, ops, NULL, flags, s);                                              \
+        return fg_memcpy3d_batch_at(copy_pt, n, ops, NULL, flags, s);                                              \
     }                                                                                                                 \
     prefix CUresult cuMemcpy3DBatchAsync(size_t n, CUDA_MEMCPY3D_BATCH_OP *ops, size_t *failIdx,                      \
                                          unsigned long long flags, CUstream s)                                        \
     {                                                                                                                 \
-        return fg_memcpy3d_batch_at(copy, 0, n, ops, failIdx, flags, s);                                              \
+        return fg_memcpy3d_batch_at(copy, n, ops, failIdx, flags, s);                                              \
     }                                                                                                                 \
     prefix CUresult cuMemcpy3DBatchAsync_ptsz(size_t n, CUDA_MEMCPY3D_BATCH_OP *ops, size_t *failIdx,                 \
                                               unsigned long long flags, CUstream s)                                   \
     {                                                                                                                 \
-        return fg_memcpy3d_batch_at(copy_pt, 1, n, ops, failIdx, flags, s);                                           \
+        return fg_memcpy3d_batch_at(copy_pt, n, ops, failIdx, flags, s);                                           \
     }
 
 #endif

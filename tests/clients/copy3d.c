@@ -66,7 +66,7 @@ static void batches(CUstream st, unsigned char (*vol)[H][W], CUdeviceptr b)
         batch_op(pointer(b, PITCH / 4, HEIGHT), in_array(arr, 0), W / 4, H, D)};
     CHECK(cuMemcpy3DBatchAsync_v2(2, there, 0, st));
     CUDA_MEMCPY3D_BATCH_OP home = batch_op(in_array(arr, 0), pointer((CUdeviceptr)(uintptr_t)back, 0, 0), W / 4, H, D);
-    CHECK(cuMemcpy3DBatchAsync_v2_ptsz(1, &home, 0, NULL));
+    CHECK(cuMemcpy3DBatchAsync_v2_ptsz(1, &home, 0, st));
     CHECK(cuStreamSynchronize(st));
     CHECK(cuStreamSynchronize(CU_STREAM_PER_THREAD));
     long differ = 0;
@@ -81,8 +81,9 @@ static void batches(CUstream st, unsigned char (*vol)[H][W], CUdeviceptr b)
     bad[1] = home, bad[1].extent.depth = 0;
     at = 7;
     CUresult empty = cuMemcpy3DBatchAsync(2, bad, &at, 0, st);
-    printf("a copy of no depth: %s at %zu; flags: %s; the legacy stream: %s\n", result_name(empty), at,
-           result_name(cuMemcpy3DBatchAsync_v2(1, &home, 1, st)), result_name(cuMemcpy3DBatchAsync_v2(1, &home, 0, NULL)));
+    printf("a copy of no depth: %s at %zu; flags: %s; the legacy stream: %s, per thread: %s\n", result_name(empty), at,
+           result_name(cuMemcpy3DBatchAsync_v2(1, &home, 1, st)), result_name(cuMemcpy3DBatchAsync_v2(1, &home, 0, NULL)),
+           result_name(cuMemcpy3DBatchAsync_v2_ptsz(1, &home, 0, NULL)));
     bad[0] = there[0], bad[0].dst.op.ptr.rowLength = W - 1;
     CUDA_MEMCPY3D_BATCH_OP mixed = batch_op(in_array(arr, 0), in_array(arr, 1), 1, 1, 1);
     CUarray bytes;

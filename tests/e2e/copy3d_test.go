@@ -12,7 +12,7 @@ func TestMemcpy3DBatches(t *testing.T) {
 	local := runsLocally(t, newEnv(t), argv,
 		"3D batches, host to device to array and back: 0 bytes differ\n",
 		"12.8's: the second copy past its array: CUDA_ERROR_INVALID_VALUE at 1\n",
-		"a copy of no depth: CUDA_ERROR_INVALID_VALUE at 1; flags: CUDA_ERROR_INVALID_VALUE; the legacy stream: CUDA_ERROR_INVALID_VALUE\n",
+		"a copy of no depth: CUDA_ERROR_INVALID_VALUE at 1; flags: CUDA_ERROR_INVALID_VALUE; the legacy stream: CUDA_ERROR_INVALID_VALUE, per thread: CUDA_ERROR_INVALID_VALUE\n",
 		"rows shorter than the copy: CUDA_ERROR_INVALID_VALUE; between two arrays: CUDA_SUCCESS, of other element sizes: CUDA_ERROR_INVALID_VALUE\n")
 	printsAsLocally(t, local, argv, "shm", "unix", "tcp")
 }
