@@ -57,6 +57,8 @@ const char *const fg_api_names[FG_NUM_APIS] = {
     "cuMemPoolGetAttribute",
     "cuDeviceGetMemPool",
     "cuDeviceGetDefaultMemPool",
+    "cuMemGetMemPool",
+    "cuMemGetDefaultMemPool",
     "cuMemCreate",
     "cuMemRelease",
     "cuMemAddressReserve",
@@ -280,6 +282,8 @@ const char *const fg_api_bases[FG_NUM_APIS] = {
     "cuMemPoolGetAttribute",
     "cuDeviceGetMemPool",
     "cuDeviceGetDefaultMemPool",
+    "cuMemGetMemPool",
+    "cuMemGetDefaultMemPool",
     "cuMemCreate",
     "cuMemRelease",
     "cuMemAddressReserve",
@@ -563,7 +567,9 @@ const unsigned short fg_api_by_name[FG_NUM_APIS] = {
     FG_API_cuMemFree_v2,
     FG_API_cuMemGetAddressRange_v2,
     FG_API_cuMemGetAllocationGranularity,
+    FG_API_cuMemGetDefaultMemPool,
     FG_API_cuMemGetInfo_v2,
+    FG_API_cuMemGetMemPool,
     FG_API_cuMemHostAlloc,
     FG_API_cuMemMap,
     FG_API_cuMemPoolCreate,
@@ -1703,6 +1709,42 @@ FG_SLOW CUresult fg_slow_cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdev
 
 FG_FAST_PATH(cuDeviceGetDefaultMemPool, 54)
 
+FG_SLOW CUresult fg_slow_cuMemGetMemPool(CUmemoryPool *pool, CUmemLocation *location, CUmemAllocationType type)
+{
+    fg_real_cuMemGetMemPool real = (fg_real_cuMemGetMemPool)fg_real_fn(FG_API_cuMemGetMemPool);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuMemGetMemPool);
+    if (!fg_tracing)
+        return real(pool, location, type);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(pool, location, type);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuMemGetMemPool, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuMemGetMemPool, (int)r, dt, "pool=%p, location=%p, type=%d", (const void *)pool, (const void *)location, (int)type);
+    return r;
+}
+
+FG_FAST_PATH(cuMemGetMemPool, 55)
+
+FG_SLOW CUresult fg_slow_cuMemGetDefaultMemPool(CUmemoryPool *pool_out, CUmemLocation *location, CUmemAllocationType type)
+{
+    fg_real_cuMemGetDefaultMemPool real = (fg_real_cuMemGetDefaultMemPool)fg_real_fn(FG_API_cuMemGetDefaultMemPool);
+    if (real == NULL)
+        return (CUresult)fg_missing(FG_API_cuMemGetDefaultMemPool);
+    if (!fg_tracing)
+        return real(pool_out, location, type);
+    uint64_t t0 = fg_now_ns();
+    CUresult r = real(pool_out, location, type);
+    uint64_t dt = fg_now_ns() - t0;
+    fg_record(FG_API_cuMemGetDefaultMemPool, r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY, dt, 0);
+    if (fg_logging)
+        fg_log(FG_API_cuMemGetDefaultMemPool, (int)r, dt, "pool_out=%p, location=%p, type=%d", (const void *)pool_out, (const void *)location, (int)type);
+    return r;
+}
+
+FG_FAST_PATH(cuMemGetDefaultMemPool, 56)
+
 FG_SLOW CUresult fg_slow_cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags)
 {
     fg_real_cuMemCreate real = (fg_real_cuMemCreate)fg_real_fn(FG_API_cuMemCreate);
@@ -1719,7 +1761,7 @@ FG_SLOW CUresult fg_slow_cuMemCreate(CUmemGenericAllocationHandle *handle, size_
     return r;
 }
 
-FG_FAST_PATH(cuMemCreate, 55)
+FG_FAST_PATH(cuMemCreate, 57)
 
 FG_SLOW CUresult fg_slow_cuMemRelease(CUmemGenericAllocationHandle handle)
 {
@@ -1737,7 +1779,7 @@ FG_SLOW CUresult fg_slow_cuMemRelease(CUmemGenericAllocationHandle handle)
     return r;
 }
 
-FG_FAST_PATH(cuMemRelease, 56)
+FG_FAST_PATH(cuMemRelease, 58)
 
 FG_SLOW CUresult fg_slow_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags)
 {
@@ -1755,7 +1797,7 @@ FG_SLOW CUresult fg_slow_cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size
     return r;
 }
 
-FG_FAST_PATH(cuMemAddressReserve, 57)
+FG_FAST_PATH(cuMemAddressReserve, 59)
 
 FG_SLOW CUresult fg_slow_cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
@@ -1773,7 +1815,7 @@ FG_SLOW CUresult fg_slow_cuMemAddressFree(CUdeviceptr ptr, size_t size)
     return r;
 }
 
-FG_FAST_PATH(cuMemAddressFree, 58)
+FG_FAST_PATH(cuMemAddressFree, 60)
 
 FG_SLOW CUresult fg_slow_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
@@ -1791,7 +1833,7 @@ FG_SLOW CUresult fg_slow_cuMemMap(CUdeviceptr ptr, size_t size, size_t offset, C
     return r;
 }
 
-FG_FAST_PATH(cuMemMap, 59)
+FG_FAST_PATH(cuMemMap, 61)
 
 FG_SLOW CUresult fg_slow_cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
@@ -1809,7 +1851,7 @@ FG_SLOW CUresult fg_slow_cuMemUnmap(CUdeviceptr ptr, size_t size)
     return r;
 }
 
-FG_FAST_PATH(cuMemUnmap, 60)
+FG_FAST_PATH(cuMemUnmap, 62)
 
 FG_SLOW CUresult fg_slow_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc, size_t count)
 {
@@ -1827,7 +1869,7 @@ FG_SLOW CUresult fg_slow_cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUme
     return r;
 }
 
-FG_FAST_PATH(cuMemSetAccess, 61)
+FG_FAST_PATH(cuMemSetAccess, 63)
 
 FG_SLOW CUresult fg_slow_cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *handle, void *addr)
 {
@@ -1845,7 +1887,7 @@ FG_SLOW CUresult fg_slow_cuMemRetainAllocationHandle(CUmemGenericAllocationHandl
     return r;
 }
 
-FG_FAST_PATH(cuMemRetainAllocationHandle, 62)
+FG_FAST_PATH(cuMemRetainAllocationHandle, 64)
 
 FG_SLOW CUresult fg_slow_cuMemGetAllocationGranularity(size_t *granularity, const CUmemAllocationProp *prop, CUmemAllocationGranularity_flags option)
 {
@@ -1863,7 +1905,7 @@ FG_SLOW CUresult fg_slow_cuMemGetAllocationGranularity(size_t *granularity, cons
     return r;
 }
 
-FG_FAST_PATH(cuMemGetAllocationGranularity, 63)
+FG_FAST_PATH(cuMemGetAllocationGranularity, 65)
 
 FG_SLOW CUresult fg_slow_cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DESCRIPTOR *pAllocateArray)
 {
@@ -1881,7 +1923,7 @@ FG_SLOW CUresult fg_slow_cuArrayCreate_v2(CUarray *pHandle, const CUDA_ARRAY_DES
     return r;
 }
 
-FG_FAST_PATH(cuArrayCreate_v2, 64)
+FG_FAST_PATH(cuArrayCreate_v2, 66)
 
 FG_SLOW CUresult fg_slow_cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pAllocateArray)
 {
@@ -1899,7 +1941,7 @@ FG_SLOW CUresult fg_slow_cuArray3DCreate_v2(CUarray *pHandle, const CUDA_ARRAY3D
     return r;
 }
 
-FG_FAST_PATH(cuArray3DCreate_v2, 65)
+FG_FAST_PATH(cuArray3DCreate_v2, 67)
 
 FG_SLOW CUresult fg_slow_cuArrayDestroy(CUarray hArray)
 {
@@ -1917,7 +1959,7 @@ FG_SLOW CUresult fg_slow_cuArrayDestroy(CUarray hArray)
     return r;
 }
 
-FG_FAST_PATH(cuArrayDestroy, 66)
+FG_FAST_PATH(cuArrayDestroy, 68)
 
 FG_SLOW CUresult fg_slow_cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const CUDA_ARRAY3D_DESCRIPTOR *pMipmappedArrayDesc, unsigned int numMipmapLevels)
 {
@@ -1935,7 +1977,7 @@ FG_SLOW CUresult fg_slow_cuMipmappedArrayCreate(CUmipmappedArray *pHandle, const
     return r;
 }
 
-FG_FAST_PATH(cuMipmappedArrayCreate, 67)
+FG_FAST_PATH(cuMipmappedArrayCreate, 69)
 
 FG_SLOW CUresult fg_slow_cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArray)
 {
@@ -1953,7 +1995,7 @@ FG_SLOW CUresult fg_slow_cuMipmappedArrayDestroy(CUmipmappedArray hMipmappedArra
     return r;
 }
 
-FG_FAST_PATH(cuMipmappedArrayDestroy, 68)
+FG_FAST_PATH(cuMipmappedArrayDestroy, 70)
 
 FG_SLOW CUresult fg_slow_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
@@ -1971,7 +2013,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyHtoD_v2(CUdeviceptr dstDevice, const void *srcH
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyHtoD_v2, 69)
+FG_FAST_PATH(cuMemcpyHtoD_v2, 71)
 
 FG_SLOW CUresult fg_slow_cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount)
 {
@@ -1989,7 +2031,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyHtoD_v2_ptds(CUdeviceptr dstDevice, const void 
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyHtoD_v2_ptds, 70)
+FG_FAST_PATH(cuMemcpyHtoD_v2_ptds, 72)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
@@ -2007,7 +2049,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoH_v2(void *dstHost, CUdeviceptr srcDevice, s
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoH_v2, 71)
+FG_FAST_PATH(cuMemcpyDtoH_v2, 73)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount)
 {
@@ -2025,7 +2067,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoH_v2_ptds(void *dstHost, CUdeviceptr srcDevi
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoH_v2_ptds, 72)
+FG_FAST_PATH(cuMemcpyDtoH_v2_ptds, 74)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
@@ -2043,7 +2085,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoD_v2(CUdeviceptr dstDevice, CUdeviceptr srcD
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoD_v2, 73)
+FG_FAST_PATH(cuMemcpyDtoD_v2, 75)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount)
 {
@@ -2061,7 +2103,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoD_v2_ptds(CUdeviceptr dstDevice, CUdeviceptr
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoD_v2_ptds, 74)
+FG_FAST_PATH(cuMemcpyDtoD_v2_ptds, 76)
 
 FG_SLOW CUresult fg_slow_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
@@ -2079,7 +2121,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy(CUdeviceptr dst, CUdeviceptr src, size_t ByteC
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy, 75)
+FG_FAST_PATH(cuMemcpy, 77)
 
 FG_SLOW CUresult fg_slow_cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount)
 {
@@ -2097,7 +2139,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy_ptds(CUdeviceptr dst, CUdeviceptr src, size_t 
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy_ptds, 76)
+FG_FAST_PATH(cuMemcpy_ptds, 78)
 
 FG_SLOW CUresult fg_slow_cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
@@ -2115,7 +2157,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyHtoDAsync_v2(CUdeviceptr dstDevice, const void 
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyHtoDAsync_v2, 77)
+FG_FAST_PATH(cuMemcpyHtoDAsync_v2, 79)
 
 FG_SLOW CUresult fg_slow_cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream)
 {
@@ -2133,7 +2175,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyHtoDAsync_v2_ptsz(CUdeviceptr dstDevice, const 
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyHtoDAsync_v2_ptsz, 78)
+FG_FAST_PATH(cuMemcpyHtoDAsync_v2_ptsz, 80)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
@@ -2151,7 +2193,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoHAsync_v2(void *dstHost, CUdeviceptr srcDevi
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoHAsync_v2, 79)
+FG_FAST_PATH(cuMemcpyDtoHAsync_v2, 81)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
@@ -2169,7 +2211,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoHAsync_v2_ptsz(void *dstHost, CUdeviceptr sr
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoHAsync_v2_ptsz, 80)
+FG_FAST_PATH(cuMemcpyDtoHAsync_v2_ptsz, 82)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
@@ -2187,7 +2229,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoDAsync_v2(CUdeviceptr dstDevice, CUdeviceptr
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoDAsync_v2, 81)
+FG_FAST_PATH(cuMemcpyDtoDAsync_v2, 83)
 
 FG_SLOW CUresult fg_slow_cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdeviceptr srcDevice, size_t ByteCount, CUstream hStream)
 {
@@ -2205,7 +2247,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyDtoDAsync_v2_ptsz(CUdeviceptr dstDevice, CUdevi
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyDtoDAsync_v2_ptsz, 82)
+FG_FAST_PATH(cuMemcpyDtoDAsync_v2_ptsz, 84)
 
 FG_SLOW CUresult fg_slow_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
 {
@@ -2223,7 +2265,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyAsync(CUdeviceptr dst, CUdeviceptr src, size_t 
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyAsync, 83)
+FG_FAST_PATH(cuMemcpyAsync, 85)
 
 FG_SLOW CUresult fg_slow_cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, size_t ByteCount, CUstream hStream)
 {
@@ -2241,7 +2283,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyAsync_ptsz(CUdeviceptr dst, CUdeviceptr src, si
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyAsync_ptsz, 84)
+FG_FAST_PATH(cuMemcpyAsync_ptsz, 86)
 
 FG_SLOW CUresult fg_slow_cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
 {
@@ -2259,7 +2301,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyPeer(CUdeviceptr dstDevice, CUcontext dstContex
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyPeer, 85)
+FG_FAST_PATH(cuMemcpyPeer, 87)
 
 FG_SLOW CUresult fg_slow_cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount)
 {
@@ -2277,7 +2319,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyPeer_ptds(CUdeviceptr dstDevice, CUcontext dstC
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyPeer_ptds, 86)
+FG_FAST_PATH(cuMemcpyPeer_ptds, 88)
 
 FG_SLOW CUresult fg_slow_cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
 {
@@ -2295,7 +2337,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyPeerAsync(CUdeviceptr dstDevice, CUcontext dstC
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyPeerAsync, 87)
+FG_FAST_PATH(cuMemcpyPeerAsync, 89)
 
 FG_SLOW CUresult fg_slow_cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext dstContext, CUdeviceptr srcDevice, CUcontext srcContext, size_t ByteCount, CUstream hStream)
 {
@@ -2313,7 +2355,7 @@ FG_SLOW CUresult fg_slow_cuMemcpyPeerAsync_ptsz(CUdeviceptr dstDevice, CUcontext
     return r;
 }
 
-FG_FAST_PATH(cuMemcpyPeerAsync_ptsz, 88)
+FG_FAST_PATH(cuMemcpyPeerAsync_ptsz, 90)
 
 FG_SLOW CUresult fg_slow_cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
 {
@@ -2331,7 +2373,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy2D_v2(const CUDA_MEMCPY2D *pCopy)
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy2D_v2, 89)
+FG_FAST_PATH(cuMemcpy2D_v2, 91)
 
 FG_SLOW CUresult fg_slow_cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *pCopy)
 {
@@ -2349,7 +2391,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy2D_v2_ptds(const CUDA_MEMCPY2D *pCopy)
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy2D_v2_ptds, 90)
+FG_FAST_PATH(cuMemcpy2D_v2_ptds, 92)
 
 FG_SLOW CUresult fg_slow_cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *pCopy)
 {
@@ -2367,7 +2409,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy2DUnaligned_v2(const CUDA_MEMCPY2D *pCopy)
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy2DUnaligned_v2, 91)
+FG_FAST_PATH(cuMemcpy2DUnaligned_v2, 93)
 
 FG_SLOW CUresult fg_slow_cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *pCopy)
 {
@@ -2385,7 +2427,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy2DUnaligned_v2_ptds(const CUDA_MEMCPY2D *pCopy)
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy2DUnaligned_v2_ptds, 92)
+FG_FAST_PATH(cuMemcpy2DUnaligned_v2_ptds, 94)
 
 FG_SLOW CUresult fg_slow_cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
 {
@@ -2403,7 +2445,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy2DAsync_v2(const CUDA_MEMCPY2D *pCopy, CUstream
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy2DAsync_v2, 93)
+FG_FAST_PATH(cuMemcpy2DAsync_v2, 95)
 
 FG_SLOW CUresult fg_slow_cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *pCopy, CUstream hStream)
 {
@@ -2421,7 +2463,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy2DAsync_v2_ptsz(const CUDA_MEMCPY2D *pCopy, CUs
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy2DAsync_v2_ptsz, 94)
+FG_FAST_PATH(cuMemcpy2DAsync_v2_ptsz, 96)
 
 FG_SLOW CUresult fg_slow_cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
 {
@@ -2439,7 +2481,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy3D_v2(const CUDA_MEMCPY3D *pCopy)
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy3D_v2, 95)
+FG_FAST_PATH(cuMemcpy3D_v2, 97)
 
 FG_SLOW CUresult fg_slow_cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *pCopy)
 {
@@ -2457,7 +2499,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy3D_v2_ptds(const CUDA_MEMCPY3D *pCopy)
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy3D_v2_ptds, 96)
+FG_FAST_PATH(cuMemcpy3D_v2_ptds, 98)
 
 FG_SLOW CUresult fg_slow_cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
 {
@@ -2475,7 +2517,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy3DAsync_v2(const CUDA_MEMCPY3D *pCopy, CUstream
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy3DAsync_v2, 97)
+FG_FAST_PATH(cuMemcpy3DAsync_v2, 99)
 
 FG_SLOW CUresult fg_slow_cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *pCopy, CUstream hStream)
 {
@@ -2493,7 +2535,7 @@ FG_SLOW CUresult fg_slow_cuMemcpy3DAsync_v2_ptsz(const CUDA_MEMCPY3D *pCopy, CUs
     return r;
 }
 
-FG_FAST_PATH(cuMemcpy3DAsync_v2_ptsz, 98)
+FG_FAST_PATH(cuMemcpy3DAsync_v2_ptsz, 100)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
@@ -2511,7 +2553,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8_v2(CUdeviceptr dstDevice, unsigned char uc, 
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8_v2, 99)
+FG_FAST_PATH(cuMemsetD8_v2, 101)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char uc, size_t N)
 {
@@ -2529,7 +2571,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8_v2_ptds(CUdeviceptr dstDevice, unsigned char
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8_v2_ptds, 100)
+FG_FAST_PATH(cuMemsetD8_v2_ptds, 102)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
@@ -2547,7 +2589,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32_v2(CUdeviceptr dstDevice, unsigned int ui, 
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32_v2, 101)
+FG_FAST_PATH(cuMemsetD32_v2, 103)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int ui, size_t N)
 {
@@ -2565,7 +2607,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32_v2_ptds(CUdeviceptr dstDevice, unsigned int
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32_v2_ptds, 102)
+FG_FAST_PATH(cuMemsetD32_v2_ptds, 104)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
@@ -2583,7 +2625,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8Async(CUdeviceptr dstDevice, unsigned char uc
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8Async, 103)
+FG_FAST_PATH(cuMemsetD8Async, 105)
 
 FG_SLOW CUresult fg_slow_cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream)
 {
@@ -2601,7 +2643,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD8Async_ptsz(CUdeviceptr dstDevice, unsigned ch
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD8Async_ptsz, 104)
+FG_FAST_PATH(cuMemsetD8Async_ptsz, 106)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
@@ -2619,7 +2661,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32Async, 105)
+FG_FAST_PATH(cuMemsetD32Async, 107)
 
 FG_SLOW CUresult fg_slow_cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream)
 {
@@ -2637,7 +2679,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD32Async_ptsz(CUdeviceptr dstDevice, unsigned i
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD32Async_ptsz, 106)
+FG_FAST_PATH(cuMemsetD32Async_ptsz, 108)
 
 FG_SLOW CUresult fg_slow_cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us, size_t N)
 {
@@ -2655,7 +2697,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD16_v2(CUdeviceptr dstDevice, unsigned short us
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD16_v2, 107)
+FG_FAST_PATH(cuMemsetD16_v2, 109)
 
 FG_SLOW CUresult fg_slow_cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned short us, size_t N)
 {
@@ -2673,7 +2715,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD16_v2_ptds(CUdeviceptr dstDevice, unsigned sho
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD16_v2_ptds, 108)
+FG_FAST_PATH(cuMemsetD16_v2_ptds, 110)
 
 FG_SLOW CUresult fg_slow_cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
 {
@@ -2691,7 +2733,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD16Async(CUdeviceptr dstDevice, unsigned short 
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD16Async, 109)
+FG_FAST_PATH(cuMemsetD16Async, 111)
 
 FG_SLOW CUresult fg_slow_cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream)
 {
@@ -2709,7 +2751,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD16Async_ptsz(CUdeviceptr dstDevice, unsigned s
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD16Async_ptsz, 110)
+FG_FAST_PATH(cuMemsetD16Async_ptsz, 112)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
 {
@@ -2727,7 +2769,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D8_v2(CUdeviceptr dstDevice, size_t dstPitch,
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D8_v2, 111)
+FG_FAST_PATH(cuMemsetD2D8_v2, 113)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height)
 {
@@ -2745,7 +2787,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D8_v2_ptds(CUdeviceptr dstDevice, size_t dstP
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D8_v2_ptds, 112)
+FG_FAST_PATH(cuMemsetD2D8_v2_ptds, 114)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
 {
@@ -2763,7 +2805,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D8Async(CUdeviceptr dstDevice, size_t dstPitc
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D8Async, 113)
+FG_FAST_PATH(cuMemsetD2D8Async, 115)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D8Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height, CUstream hStream)
 {
@@ -2781,7 +2823,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D8Async_ptsz(CUdeviceptr dstDevice, size_t ds
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D8Async_ptsz, 114)
+FG_FAST_PATH(cuMemsetD2D8Async_ptsz, 116)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
 {
@@ -2799,7 +2841,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D16_v2(CUdeviceptr dstDevice, size_t dstPitch
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D16_v2, 115)
+FG_FAST_PATH(cuMemsetD2D16_v2, 117)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height)
 {
@@ -2817,7 +2859,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D16_v2_ptds(CUdeviceptr dstDevice, size_t dst
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D16_v2_ptds, 116)
+FG_FAST_PATH(cuMemsetD2D16_v2_ptds, 118)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
 {
@@ -2835,7 +2877,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D16Async(CUdeviceptr dstDevice, size_t dstPit
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D16Async, 117)
+FG_FAST_PATH(cuMemsetD2D16Async, 119)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D16Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height, CUstream hStream)
 {
@@ -2853,7 +2895,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D16Async_ptsz(CUdeviceptr dstDevice, size_t d
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D16Async_ptsz, 118)
+FG_FAST_PATH(cuMemsetD2D16Async_ptsz, 120)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
 {
@@ -2871,7 +2913,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D32_v2(CUdeviceptr dstDevice, size_t dstPitch
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D32_v2, 119)
+FG_FAST_PATH(cuMemsetD2D32_v2, 121)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height)
 {
@@ -2889,7 +2931,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D32_v2_ptds(CUdeviceptr dstDevice, size_t dst
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D32_v2_ptds, 120)
+FG_FAST_PATH(cuMemsetD2D32_v2_ptds, 122)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
 {
@@ -2907,7 +2949,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D32Async(CUdeviceptr dstDevice, size_t dstPit
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D32Async, 121)
+FG_FAST_PATH(cuMemsetD2D32Async, 123)
 
 FG_SLOW CUresult fg_slow_cuMemsetD2D32Async_ptsz(CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height, CUstream hStream)
 {
@@ -2925,7 +2967,7 @@ FG_SLOW CUresult fg_slow_cuMemsetD2D32Async_ptsz(CUdeviceptr dstDevice, size_t d
     return r;
 }
 
-FG_FAST_PATH(cuMemsetD2D32Async_ptsz, 122)
+FG_FAST_PATH(cuMemsetD2D32Async_ptsz, 124)
 
 FG_SLOW CUresult fg_slow_cuModuleLoad(CUmodule *module, const char *fname)
 {
@@ -2943,7 +2985,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoad(CUmodule *module, const char *fname)
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoad, 123)
+FG_FAST_PATH(cuModuleLoad, 125)
 
 FG_SLOW CUresult fg_slow_cuModuleLoadData(CUmodule *module, const void *image)
 {
@@ -2961,7 +3003,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoadData(CUmodule *module, const void *image)
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoadData, 124)
+FG_FAST_PATH(cuModuleLoadData, 126)
 
 FG_SLOW CUresult fg_slow_cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int numOptions, CUjit_option *options, void **optionValues)
 {
@@ -2979,7 +3021,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoadDataEx(CUmodule *module, const void *image,
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoadDataEx, 125)
+FG_FAST_PATH(cuModuleLoadDataEx, 127)
 
 FG_SLOW CUresult fg_slow_cuModuleLoadFatBinary(CUmodule *module, const void *fatCubin)
 {
@@ -2997,7 +3039,7 @@ FG_SLOW CUresult fg_slow_cuModuleLoadFatBinary(CUmodule *module, const void *fat
     return r;
 }
 
-FG_FAST_PATH(cuModuleLoadFatBinary, 126)
+FG_FAST_PATH(cuModuleLoadFatBinary, 128)
 
 FG_SLOW CUresult fg_slow_cuModuleUnload(CUmodule hmod)
 {
@@ -3015,7 +3057,7 @@ FG_SLOW CUresult fg_slow_cuModuleUnload(CUmodule hmod)
     return r;
 }
 
-FG_FAST_PATH(cuModuleUnload, 127)
+FG_FAST_PATH(cuModuleUnload, 129)
 
 FG_SLOW CUresult fg_slow_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
 {
@@ -3033,7 +3075,7 @@ FG_SLOW CUresult fg_slow_cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, c
     return r;
 }
 
-FG_FAST_PATH(cuModuleGetFunction, 128)
+FG_FAST_PATH(cuModuleGetFunction, 130)
 
 FG_SLOW CUresult fg_slow_cuLibraryLoadData(CUlibrary *library, const void *code, CUjit_option *jitOptions, void **jitOptionsValues, unsigned int numJitOptions, CUlibraryOption *libraryOptions, void **libraryOptionValues, unsigned int numLibraryOptions)
 {
@@ -3051,7 +3093,7 @@ FG_SLOW CUresult fg_slow_cuLibraryLoadData(CUlibrary *library, const void *code,
     return r;
 }
 
-FG_FAST_PATH(cuLibraryLoadData, 129)
+FG_FAST_PATH(cuLibraryLoadData, 131)
 
 FG_SLOW CUresult fg_slow_cuLibraryUnload(CUlibrary library)
 {
@@ -3069,7 +3111,7 @@ FG_SLOW CUresult fg_slow_cuLibraryUnload(CUlibrary library)
     return r;
 }
 
-FG_FAST_PATH(cuLibraryUnload, 130)
+FG_FAST_PATH(cuLibraryUnload, 132)
 
 FG_SLOW CUresult fg_slow_cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library, const char *name)
 {
@@ -3087,7 +3129,7 @@ FG_SLOW CUresult fg_slow_cuLibraryGetKernel(CUkernel *pKernel, CUlibrary library
     return r;
 }
 
-FG_FAST_PATH(cuLibraryGetKernel, 131)
+FG_FAST_PATH(cuLibraryGetKernel, 133)
 
 FG_SLOW CUresult fg_slow_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
 {
@@ -3105,7 +3147,7 @@ FG_SLOW CUresult fg_slow_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel)
     return r;
 }
 
-FG_FAST_PATH(cuKernelGetFunction, 132)
+FG_FAST_PATH(cuKernelGetFunction, 134)
 
 FG_SLOW CUresult fg_slow_cuFuncGetAttribute(int *pi, CUfunction_attribute attrib, CUfunction hfunc)
 {
@@ -3123,7 +3165,7 @@ FG_SLOW CUresult fg_slow_cuFuncGetAttribute(int *pi, CUfunction_attribute attrib
     return r;
 }
 
-FG_FAST_PATH(cuFuncGetAttribute, 133)
+FG_FAST_PATH(cuFuncGetAttribute, 135)
 
 FG_SLOW CUresult fg_slow_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value)
 {
@@ -3141,7 +3183,7 @@ FG_SLOW CUresult fg_slow_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribu
     return r;
 }
 
-FG_FAST_PATH(cuFuncSetAttribute, 134)
+FG_FAST_PATH(cuFuncSetAttribute, 136)
 
 static CUresult fg_layer1_cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
@@ -3165,7 +3207,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernel(CUfunction f, unsigned int gridDimX, uns
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernel, 135)
+FG_FAST_PATH(cuLaunchKernel, 137)
 
 static CUresult fg_layer1_cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams, void **extra)
 {
@@ -3189,7 +3231,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernel_ptsz(CUfunction f, unsigned int gridDimX
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernel_ptsz, 136)
+FG_FAST_PATH(cuLaunchKernel_ptsz, 138)
 
 static CUresult fg_layer1_cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
@@ -3213,7 +3255,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernelEx(const CUlaunchConfig *config, CUfuncti
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernelEx, 137)
+FG_FAST_PATH(cuLaunchKernelEx, 139)
 
 static CUresult fg_layer1_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra)
 {
@@ -3237,7 +3279,7 @@ FG_SLOW CUresult fg_slow_cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUf
     return r;
 }
 
-FG_FAST_PATH(cuLaunchKernelEx_ptsz, 138)
+FG_FAST_PATH(cuLaunchKernelEx_ptsz, 140)
 
 static CUresult fg_layer1_cuLaunchCooperativeKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
@@ -3261,7 +3303,7 @@ FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel(CUfunction f, unsigned int gr
     return r;
 }
 
-FG_FAST_PATH(cuLaunchCooperativeKernel, 139)
+FG_FAST_PATH(cuLaunchCooperativeKernel, 141)
 
 static CUresult fg_layer1_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY, unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream, void **kernelParams)
 {
@@ -3285,7 +3327,7 @@ FG_SLOW CUresult fg_slow_cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned i
     return r;
 }
 
-FG_FAST_PATH(cuLaunchCooperativeKernel_ptsz, 140)
+FG_FAST_PATH(cuLaunchCooperativeKernel_ptsz, 142)
 
 FG_SLOW CUresult fg_slow_cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *userData)
 {
@@ -3303,7 +3345,7 @@ FG_SLOW CUresult fg_slow_cuLaunchHostFunc(CUstream hStream, CUhostFn fn, void *u
     return r;
 }
 
-FG_FAST_PATH(cuLaunchHostFunc, 141)
+FG_FAST_PATH(cuLaunchHostFunc, 143)
 
 FG_SLOW CUresult fg_slow_cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, void *userData)
 {
@@ -3321,7 +3363,7 @@ FG_SLOW CUresult fg_slow_cuLaunchHostFunc_ptsz(CUstream hStream, CUhostFn fn, vo
     return r;
 }
 
-FG_FAST_PATH(cuLaunchHostFunc_ptsz, 142)
+FG_FAST_PATH(cuLaunchHostFunc_ptsz, 144)
 
 FG_SLOW CUresult fg_slow_cuStreamAddCallback(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
 {
@@ -3339,7 +3381,7 @@ FG_SLOW CUresult fg_slow_cuStreamAddCallback(CUstream hStream, CUstreamCallback 
     return r;
 }
 
-FG_FAST_PATH(cuStreamAddCallback, 143)
+FG_FAST_PATH(cuStreamAddCallback, 145)
 
 FG_SLOW CUresult fg_slow_cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback callback, void *userData, unsigned int flags)
 {
@@ -3357,7 +3399,7 @@ FG_SLOW CUresult fg_slow_cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCall
     return r;
 }
 
-FG_FAST_PATH(cuStreamAddCallback_ptsz, 144)
+FG_FAST_PATH(cuStreamAddCallback_ptsz, 146)
 
 FG_SLOW CUresult fg_slow_cuStreamCreate(CUstream *phStream, unsigned int Flags)
 {
@@ -3375,7 +3417,7 @@ FG_SLOW CUresult fg_slow_cuStreamCreate(CUstream *phStream, unsigned int Flags)
     return r;
 }
 
-FG_FAST_PATH(cuStreamCreate, 145)
+FG_FAST_PATH(cuStreamCreate, 147)
 
 FG_SLOW CUresult fg_slow_cuStreamCreateWithPriority(CUstream *phStream, unsigned int flags, int priority)
 {
@@ -3393,7 +3435,7 @@ FG_SLOW CUresult fg_slow_cuStreamCreateWithPriority(CUstream *phStream, unsigned
     return r;
 }
 
-FG_FAST_PATH(cuStreamCreateWithPriority, 146)
+FG_FAST_PATH(cuStreamCreateWithPriority, 148)
 
 FG_SLOW CUresult fg_slow_cuStreamDestroy_v2(CUstream hStream)
 {
@@ -3411,7 +3453,7 @@ FG_SLOW CUresult fg_slow_cuStreamDestroy_v2(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamDestroy_v2, 147)
+FG_FAST_PATH(cuStreamDestroy_v2, 149)
 
 static CUresult fg_layer1_cuStreamSynchronize(CUstream hStream)
 {
@@ -3435,7 +3477,7 @@ FG_SLOW CUresult fg_slow_cuStreamSynchronize(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamSynchronize, 148)
+FG_FAST_PATH(cuStreamSynchronize, 150)
 
 static CUresult fg_layer1_cuStreamSynchronize_ptsz(CUstream hStream)
 {
@@ -3459,7 +3501,7 @@ FG_SLOW CUresult fg_slow_cuStreamSynchronize_ptsz(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamSynchronize_ptsz, 149)
+FG_FAST_PATH(cuStreamSynchronize_ptsz, 151)
 
 FG_SLOW CUresult fg_slow_cuStreamQuery(CUstream hStream)
 {
@@ -3477,7 +3519,7 @@ FG_SLOW CUresult fg_slow_cuStreamQuery(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamQuery, 150)
+FG_FAST_PATH(cuStreamQuery, 152)
 
 FG_SLOW CUresult fg_slow_cuStreamQuery_ptsz(CUstream hStream)
 {
@@ -3495,7 +3537,7 @@ FG_SLOW CUresult fg_slow_cuStreamQuery_ptsz(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamQuery_ptsz, 151)
+FG_FAST_PATH(cuStreamQuery_ptsz, 153)
 
 FG_SLOW CUresult fg_slow_cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
@@ -3513,7 +3555,7 @@ FG_SLOW CUresult fg_slow_cuStreamWaitEvent(CUstream hStream, CUevent hEvent, uns
     return r;
 }
 
-FG_FAST_PATH(cuStreamWaitEvent, 152)
+FG_FAST_PATH(cuStreamWaitEvent, 154)
 
 FG_SLOW CUresult fg_slow_cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
@@ -3531,7 +3573,7 @@ FG_SLOW CUresult fg_slow_cuStreamWaitEvent_ptsz(CUstream hStream, CUevent hEvent
     return r;
 }
 
-FG_FAST_PATH(cuStreamWaitEvent_ptsz, 153)
+FG_FAST_PATH(cuStreamWaitEvent_ptsz, 155)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture(CUstream hStream)
 {
@@ -3549,7 +3591,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture, 154)
+FG_FAST_PATH(cuStreamBeginCapture, 156)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_ptsz(CUstream hStream)
 {
@@ -3567,7 +3609,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture_ptsz(CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture_ptsz, 155)
+FG_FAST_PATH(cuStreamBeginCapture_ptsz, 157)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptureMode mode)
 {
@@ -3585,7 +3627,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2(CUstream hStream, CUstreamCaptu
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture_v2, 156)
+FG_FAST_PATH(cuStreamBeginCapture_v2, 158)
 
 FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstreamCaptureMode mode)
 {
@@ -3603,7 +3645,7 @@ FG_SLOW CUresult fg_slow_cuStreamBeginCapture_v2_ptsz(CUstream hStream, CUstream
     return r;
 }
 
-FG_FAST_PATH(cuStreamBeginCapture_v2_ptsz, 157)
+FG_FAST_PATH(cuStreamBeginCapture_v2_ptsz, 159)
 
 FG_SLOW CUresult fg_slow_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
 {
@@ -3621,7 +3663,7 @@ FG_SLOW CUresult fg_slow_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph)
     return r;
 }
 
-FG_FAST_PATH(cuStreamEndCapture, 158)
+FG_FAST_PATH(cuStreamEndCapture, 160)
 
 FG_SLOW CUresult fg_slow_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
 {
@@ -3639,7 +3681,7 @@ FG_SLOW CUresult fg_slow_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGr
     return r;
 }
 
-FG_FAST_PATH(cuStreamEndCapture_ptsz, 159)
+FG_FAST_PATH(cuStreamEndCapture_ptsz, 161)
 
 FG_SLOW CUresult fg_slow_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
@@ -3657,7 +3699,7 @@ FG_SLOW CUresult fg_slow_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureSt
     return r;
 }
 
-FG_FAST_PATH(cuStreamIsCapturing, 160)
+FG_FAST_PATH(cuStreamIsCapturing, 162)
 
 FG_SLOW CUresult fg_slow_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
@@ -3675,7 +3717,7 @@ FG_SLOW CUresult fg_slow_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCapt
     return r;
 }
 
-FG_FAST_PATH(cuStreamIsCapturing_ptsz, 161)
+FG_FAST_PATH(cuStreamIsCapturing_ptsz, 163)
 
 FG_SLOW CUresult fg_slow_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
 {
@@ -3693,7 +3735,7 @@ FG_SLOW CUresult fg_slow_cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *
     return r;
 }
 
-FG_FAST_PATH(cuThreadExchangeStreamCaptureMode, 162)
+FG_FAST_PATH(cuThreadExchangeStreamCaptureMode, 164)
 
 FG_SLOW CUresult fg_slow_cuStreamGetDevice(CUstream hStream, CUdevice *device)
 {
@@ -3711,7 +3753,7 @@ FG_SLOW CUresult fg_slow_cuStreamGetDevice(CUstream hStream, CUdevice *device)
     return r;
 }
 
-FG_FAST_PATH(cuStreamGetDevice, 163)
+FG_FAST_PATH(cuStreamGetDevice, 165)
 
 FG_SLOW CUresult fg_slow_cuEventCreate(CUevent *phEvent, unsigned int Flags)
 {
@@ -3729,7 +3771,7 @@ FG_SLOW CUresult fg_slow_cuEventCreate(CUevent *phEvent, unsigned int Flags)
     return r;
 }
 
-FG_FAST_PATH(cuEventCreate, 164)
+FG_FAST_PATH(cuEventCreate, 166)
 
 FG_SLOW CUresult fg_slow_cuEventRecord(CUevent hEvent, CUstream hStream)
 {
@@ -3747,7 +3789,7 @@ FG_SLOW CUresult fg_slow_cuEventRecord(CUevent hEvent, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuEventRecord, 165)
+FG_FAST_PATH(cuEventRecord, 167)
 
 FG_SLOW CUresult fg_slow_cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
 {
@@ -3765,7 +3807,7 @@ FG_SLOW CUresult fg_slow_cuEventRecord_ptsz(CUevent hEvent, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuEventRecord_ptsz, 166)
+FG_FAST_PATH(cuEventRecord_ptsz, 168)
 
 FG_SLOW CUresult fg_slow_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
@@ -3783,7 +3825,7 @@ FG_SLOW CUresult fg_slow_cuEventRecordWithFlags(CUevent hEvent, CUstream hStream
     return r;
 }
 
-FG_FAST_PATH(cuEventRecordWithFlags, 167)
+FG_FAST_PATH(cuEventRecordWithFlags, 169)
 
 FG_SLOW CUresult fg_slow_cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hStream, unsigned int flags)
 {
@@ -3801,7 +3843,7 @@ FG_SLOW CUresult fg_slow_cuEventRecordWithFlags_ptsz(CUevent hEvent, CUstream hS
     return r;
 }
 
-FG_FAST_PATH(cuEventRecordWithFlags_ptsz, 168)
+FG_FAST_PATH(cuEventRecordWithFlags_ptsz, 170)
 
 FG_SLOW CUresult fg_slow_cuEventQuery(CUevent hEvent)
 {
@@ -3819,7 +3861,7 @@ FG_SLOW CUresult fg_slow_cuEventQuery(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventQuery, 169)
+FG_FAST_PATH(cuEventQuery, 171)
 
 static CUresult fg_layer1_cuEventSynchronize(CUevent hEvent)
 {
@@ -3843,7 +3885,7 @@ FG_SLOW CUresult fg_slow_cuEventSynchronize(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventSynchronize, 170)
+FG_FAST_PATH(cuEventSynchronize, 172)
 
 FG_SLOW CUresult fg_slow_cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
@@ -3861,7 +3903,7 @@ FG_SLOW CUresult fg_slow_cuEventElapsedTime(float *pMilliseconds, CUevent hStart
     return r;
 }
 
-FG_FAST_PATH(cuEventElapsedTime, 171)
+FG_FAST_PATH(cuEventElapsedTime, 173)
 
 FG_SLOW CUresult fg_slow_cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, CUevent hEnd)
 {
@@ -3879,7 +3921,7 @@ FG_SLOW CUresult fg_slow_cuEventElapsedTime_v2(float *pMilliseconds, CUevent hSt
     return r;
 }
 
-FG_FAST_PATH(cuEventElapsedTime_v2, 172)
+FG_FAST_PATH(cuEventElapsedTime_v2, 174)
 
 FG_SLOW CUresult fg_slow_cuEventDestroy_v2(CUevent hEvent)
 {
@@ -3897,7 +3939,7 @@ FG_SLOW CUresult fg_slow_cuEventDestroy_v2(CUevent hEvent)
     return r;
 }
 
-FG_FAST_PATH(cuEventDestroy_v2, 173)
+FG_FAST_PATH(cuEventDestroy_v2, 175)
 
 FG_SLOW CUresult fg_slow_cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 {
@@ -3915,7 +3957,7 @@ FG_SLOW CUresult fg_slow_cuGraphCreate(CUgraph *phGraph, unsigned int flags)
     return r;
 }
 
-FG_FAST_PATH(cuGraphCreate, 174)
+FG_FAST_PATH(cuGraphCreate, 176)
 
 FG_SLOW CUresult fg_slow_cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes)
 {
@@ -3933,7 +3975,7 @@ FG_SLOW CUresult fg_slow_cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, siz
     return r;
 }
 
-FG_FAST_PATH(cuGraphGetNodes, 175)
+FG_FAST_PATH(cuGraphGetNodes, 177)
 
 FG_SLOW CUresult fg_slow_cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)
 {
@@ -3951,7 +3993,7 @@ FG_SLOW CUresult fg_slow_cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *
     return r;
 }
 
-FG_FAST_PATH(cuGraphNodeGetType, 176)
+FG_FAST_PATH(cuGraphNodeGetType, 178)
 
 FG_SLOW CUresult fg_slow_cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgraph *phGraph)
 {
@@ -3969,7 +4011,7 @@ FG_SLOW CUresult fg_slow_cuGraphChildGraphNodeGetGraph(CUgraphNode hNode, CUgrap
     return r;
 }
 
-FG_FAST_PATH(cuGraphChildGraphNodeGetGraph, 177)
+FG_FAST_PATH(cuGraphChildGraphNodeGetGraph, 179)
 
 FG_SLOW CUresult fg_slow_cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUDA_MEM_ALLOC_NODE_PARAMS *nodeParams)
 {
@@ -3987,7 +4029,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgrap
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddMemAllocNode, 178)
+FG_FAST_PATH(cuGraphAddMemAllocNode, 180)
 
 FG_SLOW CUresult fg_slow_cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUdeviceptr dptr)
 {
@@ -4005,7 +4047,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddMemFreeNode, 179)
+FG_FAST_PATH(cuGraphAddMemFreeNode, 181)
 
 FG_SLOW CUresult fg_slow_cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_MEM_ALLOC_NODE_PARAMS *params_out)
 {
@@ -4023,7 +4065,7 @@ FG_SLOW CUresult fg_slow_cuGraphMemAllocNodeGetParams(CUgraphNode hNode, CUDA_ME
     return r;
 }
 
-FG_FAST_PATH(cuGraphMemAllocNodeGetParams, 180)
+FG_FAST_PATH(cuGraphMemAllocNodeGetParams, 182)
 
 FG_SLOW CUresult fg_slow_cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_KERNEL_NODE_PARAMS *nodeParams)
 {
@@ -4041,7 +4083,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddKernelNode_v2(CUgraphNode *phGraphNode, CUgra
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddKernelNode_v2, 181)
+FG_FAST_PATH(cuGraphAddKernelNode_v2, 183)
 
 FG_SLOW CUresult fg_slow_cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph)
 {
@@ -4059,7 +4101,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgr
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddChildGraphNode, 182)
+FG_FAST_PATH(cuGraphAddChildGraphNode, 184)
 
 FG_SLOW CUresult fg_slow_cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph)
 {
@@ -4077,7 +4119,7 @@ FG_SLOW CUresult fg_slow_cuGraphClone(CUgraph *phGraphClone, CUgraph originalGra
     return r;
 }
 
-FG_FAST_PATH(cuGraphClone, 183)
+FG_FAST_PATH(cuGraphClone, 185)
 
 FG_SLOW CUresult fg_slow_cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies)
 {
@@ -4095,7 +4137,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddEmptyNode(CUgraphNode *phGraphNode, CUgraph h
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddEmptyNode, 184)
+FG_FAST_PATH(cuGraphAddEmptyNode, 186)
 
 FG_SLOW CUresult fg_slow_cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNodes, size_t *numRootNodes)
 {
@@ -4113,7 +4155,7 @@ FG_SLOW CUresult fg_slow_cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNo
     return r;
 }
 
-FG_FAST_PATH(cuGraphGetRootNodes, 185)
+FG_FAST_PATH(cuGraphGetRootNodes, 187)
 
 FG_SLOW CUresult fg_slow_cuGraphAddDependencies(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, size_t numDependencies)
 {
@@ -4131,7 +4173,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddDependencies(CUgraph hGraph, const CUgraphNod
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddDependencies, 186)
+FG_FAST_PATH(cuGraphAddDependencies, 188)
 
 FG_SLOW CUresult fg_slow_cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to, const CUgraphEdgeData *edgeData, size_t numDependencies)
 {
@@ -4149,7 +4191,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddDependencies_v2(CUgraph hGraph, const CUgraph
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddDependencies_v2, 187)
+FG_FAST_PATH(cuGraphAddDependencies_v2, 189)
 
 FG_SLOW CUresult fg_slow_cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_HOST_NODE_PARAMS *nodeParams)
 {
@@ -4167,7 +4209,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddHostNode(CUgraphNode *phGraphNode, CUgraph hG
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddHostNode, 188)
+FG_FAST_PATH(cuGraphAddHostNode, 190)
 
 FG_SLOW CUresult fg_slow_cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx)
 {
@@ -4185,7 +4227,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph 
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddMemcpyNode, 189)
+FG_FAST_PATH(cuGraphAddMemcpyNode, 191)
 
 FG_SLOW CUresult fg_slow_cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMSET_NODE_PARAMS *memsetParams, CUcontext ctx)
 {
@@ -4203,7 +4245,7 @@ FG_SLOW CUresult fg_slow_cuGraphAddMemsetNode(CUgraphNode *phGraphNode, CUgraph 
     return r;
 }
 
-FG_FAST_PATH(cuGraphAddMemsetNode, 190)
+FG_FAST_PATH(cuGraphAddMemsetNode, 192)
 
 FG_SLOW CUresult fg_slow_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
@@ -4221,7 +4263,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGetGraphMemAttribute(CUdevice device, CUgraphMe
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGetGraphMemAttribute, 191)
+FG_FAST_PATH(cuDeviceGetGraphMemAttribute, 193)
 
 FG_SLOW CUresult fg_slow_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMem_attribute attr, void *value)
 {
@@ -4239,7 +4281,7 @@ FG_SLOW CUresult fg_slow_cuDeviceSetGraphMemAttribute(CUdevice device, CUgraphMe
     return r;
 }
 
-FG_FAST_PATH(cuDeviceSetGraphMemAttribute, 192)
+FG_FAST_PATH(cuDeviceSetGraphMemAttribute, 194)
 
 FG_SLOW CUresult fg_slow_cuDeviceGraphMemTrim(CUdevice device)
 {
@@ -4257,7 +4299,7 @@ FG_SLOW CUresult fg_slow_cuDeviceGraphMemTrim(CUdevice device)
     return r;
 }
 
-FG_FAST_PATH(cuDeviceGraphMemTrim, 193)
+FG_FAST_PATH(cuDeviceGraphMemTrim, 195)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags)
 {
@@ -4275,7 +4317,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, C
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithFlags, 194)
+FG_FAST_PATH(cuGraphInstantiateWithFlags, 196)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
@@ -4293,7 +4335,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams(CUgraphExec *phGraphExec, 
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithParams, 195)
+FG_FAST_PATH(cuGraphInstantiateWithParams, 197)
 
 FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphExec, CUgraph hGraph, CUDA_GRAPH_INSTANTIATE_PARAMS *instantiateParams)
 {
@@ -4311,7 +4353,7 @@ FG_SLOW CUresult fg_slow_cuGraphInstantiateWithParams_ptsz(CUgraphExec *phGraphE
     return r;
 }
 
-FG_FAST_PATH(cuGraphInstantiateWithParams_ptsz, 196)
+FG_FAST_PATH(cuGraphInstantiateWithParams_ptsz, 198)
 
 FG_SLOW CUresult fg_slow_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -4329,7 +4371,7 @@ FG_SLOW CUresult fg_slow_cuGraphUpload(CUgraphExec hGraphExec, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuGraphUpload, 197)
+FG_FAST_PATH(cuGraphUpload, 199)
 
 FG_SLOW CUresult fg_slow_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -4347,7 +4389,7 @@ FG_SLOW CUresult fg_slow_cuGraphUpload_ptsz(CUgraphExec hGraphExec, CUstream hSt
     return r;
 }
 
-FG_FAST_PATH(cuGraphUpload_ptsz, 198)
+FG_FAST_PATH(cuGraphUpload_ptsz, 200)
 
 static CUresult fg_layer1_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -4371,7 +4413,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream)
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch, 199)
+FG_FAST_PATH(cuGraphLaunch, 201)
 
 static CUresult fg_layer1_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream)
 {
@@ -4395,7 +4437,7 @@ FG_SLOW CUresult fg_slow_cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hSt
     return r;
 }
 
-FG_FAST_PATH(cuGraphLaunch_ptsz, 200)
+FG_FAST_PATH(cuGraphLaunch_ptsz, 202)
 
 FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
 {
@@ -4413,7 +4455,7 @@ FG_SLOW CUresult fg_slow_cuGraphExecDestroy(CUgraphExec hGraphExec)
     return r;
 }
 
-FG_FAST_PATH(cuGraphExecDestroy, 201)
+FG_FAST_PATH(cuGraphExecDestroy, 203)
 
 FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
 {
@@ -4431,7 +4473,7 @@ FG_SLOW CUresult fg_slow_cuGraphDestroy(CUgraph hGraph)
     return r;
 }
 
-FG_FAST_PATH(cuGraphDestroy, 202)
+FG_FAST_PATH(cuGraphDestroy, 204)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessGetState(int pid, CUprocessState *state)
 {
@@ -4449,7 +4491,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessGetState(int pid, CUprocessState *st
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessGetState, 203)
+FG_FAST_PATH(cuCheckpointProcessGetState, 205)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *args)
 {
@@ -4467,7 +4509,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessLock(int pid, CUcheckpointLockArgs *
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessLock, 204)
+FG_FAST_PATH(cuCheckpointProcessLock, 206)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessCheckpoint(int pid, CUcheckpointCheckpointArgs *args)
 {
@@ -4485,7 +4527,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessCheckpoint(int pid, CUcheckpointChec
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessCheckpoint, 205)
+FG_FAST_PATH(cuCheckpointProcessCheckpoint, 207)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessRestore(int pid, CUcheckpointRestoreArgs *args)
 {
@@ -4503,7 +4545,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessRestore(int pid, CUcheckpointRestore
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessRestore, 206)
+FG_FAST_PATH(cuCheckpointProcessRestore, 208)
 
 FG_SLOW CUresult fg_slow_cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockArgs *args)
 {
@@ -4521,7 +4563,7 @@ FG_SLOW CUresult fg_slow_cuCheckpointProcessUnlock(int pid, CUcheckpointUnlockAr
     return r;
 }
 
-FG_FAST_PATH(cuCheckpointProcessUnlock, 207)
+FG_FAST_PATH(cuCheckpointProcessUnlock, 209)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
 {
@@ -4539,7 +4581,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInit_v2(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlInit_v2, 208)
+FG_FAST_PATH(nvmlInit_v2, 210)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
 {
@@ -4557,7 +4599,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlInitWithFlags(unsigned int flags)
     return r;
 }
 
-FG_FAST_PATH(nvmlInitWithFlags, 209)
+FG_FAST_PATH(nvmlInitWithFlags, 211)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
 {
@@ -4575,7 +4617,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlShutdown(void)
     return r;
 }
 
-FG_FAST_PATH(nvmlShutdown, 210)
+FG_FAST_PATH(nvmlShutdown, 212)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
 {
@@ -4593,7 +4635,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetCount_v2(unsigned int *deviceCount)
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetCount_v2, 211)
+FG_FAST_PATH(nvmlDeviceGetCount_v2, 213)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, nvmlDevice_t *device)
 {
@@ -4611,7 +4653,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetHandleByIndex_v2(unsigned int index, n
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 212)
+FG_FAST_PATH(nvmlDeviceGetHandleByIndex_v2, 214)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory)
 {
@@ -4629,7 +4671,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMe
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 213)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo, 215)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
 {
@@ -4647,7 +4689,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvm
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 214)
+FG_FAST_PATH(nvmlDeviceGetMemoryInfo_v2, 216)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlUtilization_t *utilization)
 {
@@ -4665,7 +4707,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetUtilizationRates(nvmlDevice_t device, 
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 215)
+FG_FAST_PATH(nvmlDeviceGetUtilizationRates, 217)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -4683,7 +4725,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 216)
+FG_FAST_PATH(nvmlDeviceGetComputeRunningProcesses_v3, 218)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -4701,7 +4743,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetGraphicsRunningProcesses_v3(nvmlDevice
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetGraphicsRunningProcesses_v3, 217)
+FG_FAST_PATH(nvmlDeviceGetGraphicsRunningProcesses_v3, 219)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount, nvmlProcessInfo_t *infos)
 {
@@ -4719,7 +4761,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevi
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetMPSComputeRunningProcesses_v3, 218)
+FG_FAST_PATH(nvmlDeviceGetMPSComputeRunningProcesses_v3, 220)
 
 FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetProcessUtilization(nvmlDevice_t device, nvmlProcessUtilizationSample_t *utilization, unsigned int *processSamplesCount, unsigned long long lastSeenTimeStamp)
 {
@@ -4737,7 +4779,7 @@ FG_SLOW nvmlReturn_t fg_slow_nvmlDeviceGetProcessUtilization(nvmlDevice_t device
     return r;
 }
 
-FG_FAST_PATH(nvmlDeviceGetProcessUtilization, 219)
+FG_FAST_PATH(nvmlDeviceGetProcessUtilization, 221)
 
 void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuInit,
@@ -4795,6 +4837,8 @@ void *const fg_wrappers[FG_NUM_APIS] = {
     (void *)cuMemPoolGetAttribute,
     (void *)cuDeviceGetMemPool,
     (void *)cuDeviceGetDefaultMemPool,
+    (void *)cuMemGetMemPool,
+    (void *)cuMemGetDefaultMemPool,
     (void *)cuMemCreate,
     (void *)cuMemRelease,
     (void *)cuMemAddressReserve,

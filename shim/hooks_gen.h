@@ -57,6 +57,8 @@ typedef CUresult (*fg_real_cuMemPoolTrimTo)(CUmemoryPool pool, size_t minBytesTo
 typedef CUresult (*fg_real_cuMemPoolGetAttribute)(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
 typedef CUresult (*fg_real_cuDeviceGetMemPool)(CUmemoryPool *pool, CUdevice dev);
 typedef CUresult (*fg_real_cuDeviceGetDefaultMemPool)(CUmemoryPool *pool_out, CUdevice dev);
+typedef CUresult (*fg_real_cuMemGetMemPool)(CUmemoryPool *pool, CUmemLocation *location, CUmemAllocationType type);
+typedef CUresult (*fg_real_cuMemGetDefaultMemPool)(CUmemoryPool *pool_out, CUmemLocation *location, CUmemAllocationType type);
 typedef CUresult (*fg_real_cuMemCreate)(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags);
 typedef CUresult (*fg_real_cuMemRelease)(CUmemGenericAllocationHandle handle);
 typedef CUresult (*fg_real_cuMemAddressReserve)(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags);

@@ -2,7 +2,8 @@
  * memory they keep included), settled after allocations, synchronization,
  * trims and destroys. An allocation on a capturing stream reserves nothing
  * now: it becomes graph memory, charged when the graph runs (quota_graph.c).
- * Each pool is charged to its own device, not the current one. */
+ * Each pool is charged to its own device, not the current one; a pool of
+ * host memory (CUDA 12.2's) to none. */
 #include "memquota.h"
 
 #include <stdlib.h>
@@ -23,7 +24,7 @@ static void settle(CUmemoryPool pool)
     uint64_t reserved = pool_attr(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT);
     fg_rec_lock();
     struct rec *p = fg_rec_find((uintptr_t)pool, R_POOL);
-    if (p) {
+    if (p && p->dev >= 0) {
         if (reserved > p->bytes)
             fg_force_charge(p->dev, reserved - p->bytes);
         else
@@ -81,14 +82,23 @@ static int know_pool(CUmemoryPool pool, int dev)
     return 1;
 }
 
+/* A pool's device, -1 for one of host memory. */
 static int pool_device(CUmemoryPool pool)
 {
     fg_rec_lock();
     struct rec *p = fg_rec_find((uintptr_t)pool, R_POOL);
     int dev = p ? p->dev : -1;
     fg_rec_unlock();
-    if (dev >= 0)
+    if (p)
         return dev;
+    /* The host's default or current pool (CUDA 13 names them). */
+    CUmemLocation host = {CU_MEM_LOCATION_TYPE_HOST, 0};
+    fg_real_cuMemGetMemPool hcur = REAL(cuMemGetMemPool);
+    fg_real_cuMemGetDefaultMemPool hdef = REAL(cuMemGetDefaultMemPool);
+    CUmemoryPool h = NULL;
+    if ((hcur && hcur(&h, &host, CU_MEM_ALLOCATION_TYPE_PINNED) == CUDA_SUCCESS && h == pool) ||
+        (hdef && hdef(&h, &host, CU_MEM_ALLOCATION_TYPE_PINNED) == CUDA_SUCCESS && h == pool))
+        return -1;
     /* A device's default or current pool, made before we could see it. */
     int n = 0;
     fg_real_cuDeviceGetCount count = REAL(cuDeviceGetCount);
@@ -134,7 +144,8 @@ static CUresult alloc_async(struct async_call c, int per_thread)
         return call(&c, from_pool);
     int dev;
     if (from_pool) {
-        dev = pool_device(c.pool);
+        if ((dev = pool_device(c.pool)) < 0)
+            return call(&c, 1); /* host memory: no device's */
     } else {
         fg_real_cuDeviceGetMemPool getpool = REAL(cuDeviceGetMemPool);
         dev = stream_device(c.stream, per_thread);
@@ -204,6 +215,8 @@ CUresult fg_mem_cuMemPoolCreate(fg_real_cuMemPoolCreate next, CUmemoryPool *pool
     CUresult r = next(pool, props);
     if (r == CUDA_SUCCESS && props && props->location.type == CU_MEM_LOCATION_TYPE_DEVICE)
         know_pool(*pool, props->location.id);
+    else if (r == CUDA_SUCCESS && props) /* of host memory */
+        know_pool(*pool, -1);
     return r;
 }
 

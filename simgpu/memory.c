@@ -27,7 +27,7 @@ enum alloc_kind { K_DEVICE, K_MANAGED, K_POOL, K_HOST, K_ARRAY, K_GRAPH, K_REGIS
 
 struct sim_pool {
     uint32_t magic;
-    int dev;
+    int dev; /* -1: a pool of pinned host memory (CUDA 12.2's), not charged to a device */
     uint64_t reserved; /* device memory the pool holds */
     uint64_t used;     /* of which handed out */
     uint64_t threshold;
@@ -61,6 +61,7 @@ static struct alloc *allocs;
 static size_t nallocs, capallocs;
 static struct sim_pool default_pools[SIM_MAX_DEVICES];
 static struct sim_pool *current_pools[SIM_MAX_DEVICES]; /* NULL: the default pool */
+static struct sim_pool host_pool = {.magic = POOL_MAGIC, .dev = -1}, *host_current; /* the host's */
 
 /* ---- allocation registry (sorted by base; callers hold sim_mem_lock) ---- */
 
@@ -607,6 +608,28 @@ SIM_EXPORT CUresult cuMemHostUnregister(void *p)
 
 /* ---- stream-ordered allocation: pools keep freed memory reserved ---- */
 
+/* A pool's location as a device ordinal, -1 for the host (one NUMA node,
+ * 0, as the simulated host has). */
+static CUresult pool_location(const CUmemLocation *location, CUmemAllocationType type, CUdevice *dev)
+{
+    if (!location || type != CU_MEM_ALLOCATION_TYPE_PINNED)
+        return CUDA_ERROR_INVALID_VALUE;
+    switch (location->type) {
+    case CU_MEM_LOCATION_TYPE_DEVICE:
+        *dev = location->id;
+        return location->id >= 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_DEVICE;
+    case CU_MEM_LOCATION_TYPE_HOST:
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA_CURRENT:
+        *dev = -1;
+        return CUDA_SUCCESS;
+    case CU_MEM_LOCATION_TYPE_HOST_NUMA:
+        *dev = -1;
+        return location->id == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
 static struct sim_pool *default_pool(int dev)
 {
     struct sim_pool *p = &default_pools[dev];
@@ -622,7 +645,8 @@ static void pool_trim(struct sim_pool *p, uint64_t keep)
     if (keep < p->used)
         keep = p->used;
     if (p->reserved > keep) {
-        sim_mem_release(p->dev, p->reserved - keep);
+        if (p->dev >= 0)
+            sim_mem_release(p->dev, p->reserved - keep);
         p->reserved = keep;
     }
 }
@@ -667,7 +691,7 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t size, struct sim_pool *pool
     uint64_t cached = pool->reserved - pool->used;
     if (cached < size) {
         uint64_t grow = fg_drv_up(size - cached, sim_drv()->pool_step); /* pools grow in steps */
-        if (sim_mem_reserve(pool->dev, grow) != 0) {
+        if (pool->dev >= 0 && sim_mem_reserve(pool->dev, grow) != 0) {
             pthread_mutex_unlock(&sim_mem_lock);
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
@@ -739,14 +763,17 @@ SIM_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *pr
     SIM_GATE();
     if (!sim_initialized)
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (!pool || !props || props->allocType != CU_MEM_ALLOCATION_TYPE_PINNED ||
-        props->location.type != CU_MEM_LOCATION_TYPE_DEVICE || sim_phys(props->location.id) < 0)
+    CUdevice ordinal = 0;
+    CUresult r = props ? pool_location(&props->location, props->allocType, &ordinal) : CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS || !pool)
+        return r ? r : CUDA_ERROR_INVALID_VALUE;
+    if (ordinal >= 0 && sim_phys(ordinal) < 0)
         return CUDA_ERROR_INVALID_VALUE;
     struct sim_pool *p = calloc(1, sizeof *p);
     if (!p)
         return CUDA_ERROR_OUT_OF_MEMORY;
     p->magic = POOL_MAGIC;
-    p->dev = sim_phys(props->location.id);
+    p->dev = ordinal >= 0 ? sim_phys(ordinal) : -1;
     *pool = (CUmemoryPool)p;
     return CUDA_SUCCESS;
 }
@@ -767,7 +794,7 @@ SIM_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
 {
     SIM_GATE();
     struct sim_pool *p = (struct sim_pool *)pool;
-    if (!p || p->magic != POOL_MAGIC || (p >= default_pools && p < default_pools + SIM_MAX_DEVICES))
+    if (!p || p->magic != POOL_MAGIC || (p >= default_pools && p < default_pools + SIM_MAX_DEVICES) || p == &host_pool)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&sim_mem_lock);
     /* Outstanding allocations die with the pool. */
@@ -782,20 +809,29 @@ SIM_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
     }
     pool_trim(p, 0);
     p->magic = 0;
-    if (current_pools[p->dev] == p) /* its device's default pool is current again */
+    if (p->dev >= 0 && current_pools[p->dev] == p) /* its device's default pool is current again */
         current_pools[p->dev] = NULL;
+    if (host_current == p)
+        host_current = NULL;
     pthread_mutex_unlock(&sim_mem_lock);
     free(p);
     return CUDA_SUCCESS;
 }
 
-/* A device's default pool, or its current one (the default unless set). */
+/* A device's default pool, or its current one (the default unless set);
+ * ordinal -1: the host's. */
 static CUresult device_pool(CUmemoryPool *pool, CUdevice ordinal, int current)
 {
     if (!sim_initialized)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!pool)
         return CUDA_ERROR_INVALID_VALUE;
+    if (ordinal == -1) {
+        pthread_mutex_lock(&sim_mem_lock);
+        *pool = (CUmemoryPool)(current && host_current ? host_current : &host_pool);
+        pthread_mutex_unlock(&sim_mem_lock);
+        return CUDA_SUCCESS;
+    }
     int dev = sim_phys(ordinal);
     if (dev < 0)
         return CUDA_ERROR_INVALID_DEVICE;
@@ -811,13 +847,15 @@ static CUresult set_device_pool(CUdevice ordinal, CUmemoryPool pool)
 {
     if (!sim_initialized)
         return CUDA_ERROR_NOT_INITIALIZED;
-    int dev = sim_phys(ordinal);
-    if (dev < 0)
+    int dev = ordinal == -1 ? -1 : sim_phys(ordinal);
+    if (dev < 0 && ordinal != -1)
         return CUDA_ERROR_INVALID_DEVICE;
     struct sim_pool *p = (struct sim_pool *)pool;
     pthread_mutex_lock(&sim_mem_lock);
     CUresult r = p && p->magic == POOL_MAGIC && p->dev == dev ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-    if (r == CUDA_SUCCESS)
+    if (r == CUDA_SUCCESS && dev < 0)
+        host_current = p == &host_pool ? NULL : p;
+    else if (r == CUDA_SUCCESS)
         current_pools[dev] = p == &default_pools[dev] ? NULL : p;
     pthread_mutex_unlock(&sim_mem_lock);
     return r;
@@ -825,23 +863,17 @@ static CUresult set_device_pool(CUdevice ordinal, CUmemoryPool pool)
 
 SIM_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice dev)
 {
-    return device_pool(pool_out, dev, 0);
+    return dev < 0 ? CUDA_ERROR_INVALID_DEVICE : device_pool(pool_out, dev, 0);
 }
-SIM_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev) { return device_pool(pool, dev, 1); }
-SIM_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool) { return set_device_pool(dev, pool); }
-
-/* CUDA 13's forms, by location: the simulation has device pools only. */
-static CUresult pool_location(const CUmemLocation *location, CUmemAllocationType type, CUdevice *dev)
+SIM_EXPORT CUresult cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
 {
-    if (!location || type != CU_MEM_ALLOCATION_TYPE_PINNED)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (location->type != CU_MEM_LOCATION_TYPE_DEVICE)
-        return location->type == CU_MEM_LOCATION_TYPE_HOST || location->type == CU_MEM_LOCATION_TYPE_HOST_NUMA
-                   ? CUDA_ERROR_NOT_SUPPORTED
-                   : CUDA_ERROR_INVALID_VALUE;
-    *dev = location->id;
-    return CUDA_SUCCESS;
+    return dev < 0 ? CUDA_ERROR_INVALID_DEVICE : device_pool(pool, dev, 1);
 }
+SIM_EXPORT CUresult cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
+{
+    return dev < 0 ? CUDA_ERROR_INVALID_DEVICE : set_device_pool(dev, pool);
+}
+
 
 SIM_EXPORT CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool_out, CUmemLocation *location, CUmemAllocationType type)
 {
@@ -1987,7 +2019,8 @@ SIM_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attrib
         return CUDA_ERROR_INVALID_VALUE;
     switch ((int)attribute) {
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-        *(unsigned *)data = found.kind == K_HOST || found.kind == K_REGISTERED ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+        *(unsigned *)data = found.kind == K_HOST || found.kind == K_REGISTERED || found.dev < 0 ? CU_MEMORYTYPE_HOST
+                                                                                                 : CU_MEMORYTYPE_DEVICE;
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
         *(CUdeviceptr *)data = ptr;

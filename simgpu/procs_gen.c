@@ -397,6 +397,22 @@ __attribute__((weak)) SIM_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+__attribute__((weak)) SIM_EXPORT CUresult cuMemGetMemPool(CUmemoryPool *pool, CUmemLocation *location, CUmemAllocationType type)
+{
+    (void)pool;
+    (void)location;
+    (void)type;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
+__attribute__((weak)) SIM_EXPORT CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool_out, CUmemLocation *location, CUmemAllocationType type)
+{
+    (void)pool_out;
+    (void)location;
+    (void)type;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 __attribute__((weak)) SIM_EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags)
 {
     (void)handle;
@@ -2476,22 +2492,6 @@ __attribute__((weak)) SIM_EXPORT CUresult cuLibraryGetManaged(CUdeviceptr *dptr,
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
-__attribute__((weak)) SIM_EXPORT CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool_out, CUmemLocation *location, CUmemAllocationType type)
-{
-    (void)pool_out;
-    (void)location;
-    (void)type;
-    return CUDA_ERROR_NOT_SUPPORTED;
-}
-
-__attribute__((weak)) SIM_EXPORT CUresult cuMemGetMemPool(CUmemoryPool *pool, CUmemLocation *location, CUmemAllocationType type)
-{
-    (void)pool;
-    (void)location;
-    (void)type;
-    return CUDA_ERROR_NOT_SUPPORTED;
-}
-
 __attribute__((weak)) SIM_EXPORT CUresult cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out)
 {
     (void)hStream;
@@ -3778,6 +3778,8 @@ const struct fg_proc sim_procs[] = {
     {"cuMemPoolGetAttribute", "cuMemPoolGetAttribute", 11020, 0, (void *)cuMemPoolGetAttribute},
     {"cuDeviceGetMemPool", "cuDeviceGetMemPool", 11020, 0, (void *)cuDeviceGetMemPool},
     {"cuDeviceGetDefaultMemPool", "cuDeviceGetDefaultMemPool", 11020, 0, (void *)cuDeviceGetDefaultMemPool},
+    {"cuMemGetMemPool", "cuMemGetMemPool", 13000, 0, (void *)cuMemGetMemPool},
+    {"cuMemGetDefaultMemPool", "cuMemGetDefaultMemPool", 13000, 0, (void *)cuMemGetDefaultMemPool},
     {"cuMemCreate", "cuMemCreate", 10020, 0, (void *)cuMemCreate},
     {"cuMemRelease", "cuMemRelease", 10020, 0, (void *)cuMemRelease},
     {"cuMemAddressReserve", "cuMemAddressReserve", 10020, 0, (void *)cuMemAddressReserve},
@@ -4032,8 +4034,6 @@ const struct fg_proc sim_procs[] = {
     {"cuDeviceGetHostAtomicCapabilities", "cuDeviceGetHostAtomicCapabilities", 13000, 0, (void *)cuDeviceGetHostAtomicCapabilities},
     {"cuDeviceGetTexture1DLinearMaxWidth", "cuDeviceGetTexture1DLinearMaxWidth", 11010, 0, (void *)cuDeviceGetTexture1DLinearMaxWidth},
     {"cuLibraryGetManaged", "cuLibraryGetManaged", 12000, 0, (void *)cuLibraryGetManaged},
-    {"cuMemGetDefaultMemPool", "cuMemGetDefaultMemPool", 13000, 0, (void *)cuMemGetDefaultMemPool},
-    {"cuMemGetMemPool", "cuMemGetMemPool", 13000, 0, (void *)cuMemGetMemPool},
     {"cuStreamGetAttribute", "cuStreamGetAttribute", 11000, 0, (void *)cuStreamGetAttribute},
     {"cuStreamGetAttribute", "cuStreamGetAttribute_ptsz", 11000, 1, (void *)cuStreamGetAttribute_ptsz},
     {"cuStreamSetAttribute", "cuStreamSetAttribute", 11000, 0, (void *)cuStreamSetAttribute},

@@ -3,7 +3,7 @@
 package api
 
 // Hash identifies this ordered list; trace regions carry it.
-const Hash uint64 = 0x14ab55f422a9f02b
+const Hash uint64 = 0x919f58e9082579fe
 
 // Names lists every hooked entry point, in hook-id order.
 var Names = []string{
@@ -62,6 +62,8 @@ var Names = []string{
 	"cuMemPoolGetAttribute",
 	"cuDeviceGetMemPool",
 	"cuDeviceGetDefaultMemPool",
+	"cuMemGetMemPool",
+	"cuMemGetDefaultMemPool",
 	"cuMemCreate",
 	"cuMemRelease",
 	"cuMemAddressReserve",

@@ -72,6 +72,8 @@ CUresult fgr_hostfn_id(CUhostFn fn, void *data, int keep, unsigned long long *id
 void fgr_hostfn_forget(unsigned long long id);
 int fgr_hostfn_of(unsigned long long id, CUhostFn *fn, void **data);
 void fgr_hostfn_forked(void);
+/* The parent's pools of host memory are not the child's (pools.c). */
+void fgr_pools_forked(void);
 /* Downloads through the downloads' area (one at a time). */
 int fgr_stage_down_wanted(size_t n);
 CUresult fgr_stage_download(void *dst, CUdeviceptr src, size_t n, CUstream s);

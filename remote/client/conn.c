@@ -1579,6 +1579,7 @@ static void forked_child(void)
     fgr_ring_close(&conn_ring); /* our view of the parent's rings */
     fgr_stage_forked();
     fgr_hostfn_forked();
+    fgr_pools_forked();
     fgr_heap_forked();
     fgr_copy_forked();
     conn_broken = 0;

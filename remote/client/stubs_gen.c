@@ -410,7 +410,7 @@ FGR_EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream hStream)
     return fgr_send(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
+CUresult fgr_fwd_cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
     CUresult fgr_r;
     uint64_t n_dptr = dptr ? sizeof(CUdeviceptr) : 0;
@@ -431,7 +431,7 @@ FGR_EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytesize, 
     return fgr_r;
 }
 
-FGR_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
+CUresult fgr_fwd_cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream)
 {
     CUresult fgr_r;
     uint64_t n_dptr = dptr ? sizeof(CUdeviceptr) : 0;
@@ -452,7 +452,7 @@ FGR_EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytes
     return fgr_r;
 }
 
-FGR_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
+CUresult fgr_fwd_cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *poolProps)
 {
     CUresult fgr_r;
     uint64_t n_pool = pool ? sizeof(CUmemoryPool) : 0;
@@ -468,7 +468,7 @@ FGR_EXPORT CUresult cuMemPoolCreate(CUmemoryPool *pool, const CUmemPoolProps *po
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuMemPoolDestroy(CUmemoryPool pool)
+CUresult fgr_fwd_cuMemPoolDestroy(CUmemoryPool pool)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
@@ -537,6 +537,40 @@ FGR_EXPORT CUresult cuDeviceGetDefaultMemPool(CUmemoryPool *pool_out, CUdevice d
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
     fgr_put_u8(&fgr_c.w, pool_out != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pool_out, n_pool_out, 0);
+    return fgr_end(&fgr_c);
+}
+
+CUresult fgr_fwd_cuMemGetMemPool(CUmemoryPool *pool, CUmemLocation *location, CUmemAllocationType type)
+{
+    CUresult fgr_r;
+    uint64_t n_pool = pool ? sizeof(CUmemoryPool) : 0;
+    uint64_t n_location = location ? sizeof(CUmemLocation) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemGetMemPool, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)type);
+    fgr_put_u8(&fgr_c.w, pool != NULL);
+    fgr_put_buf(&fgr_c.w, location, n_location);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pool, n_pool, 0);
+    return fgr_end(&fgr_c);
+}
+
+CUresult fgr_fwd_cuMemGetDefaultMemPool(CUmemoryPool *pool_out, CUmemLocation *location, CUmemAllocationType type)
+{
+    CUresult fgr_r;
+    uint64_t n_pool_out = pool_out ? sizeof(CUmemoryPool) : 0;
+    uint64_t n_location = location ? sizeof(CUmemLocation) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemGetDefaultMemPool, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)type);
+    fgr_put_u8(&fgr_c.w, pool_out != NULL);
+    fgr_put_buf(&fgr_c.w, location, n_location);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_get_out(&fgr_c, pool_out, n_pool_out, 0);
@@ -4143,40 +4177,6 @@ CUresult fgr_fwd_cuLibraryGetManaged(CUdeviceptr *dptr, size_t *bytes, CUlibrary
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuMemGetDefaultMemPool(CUmemoryPool *pool_out, CUmemLocation *location, CUmemAllocationType type)
-{
-    CUresult fgr_r;
-    uint64_t n_pool_out = pool_out ? sizeof(CUmemoryPool) : 0;
-    uint64_t n_location = location ? sizeof(CUmemLocation) : 0;
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemGetDefaultMemPool, 0)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)type);
-    fgr_put_u8(&fgr_c.w, pool_out != NULL);
-    fgr_put_buf(&fgr_c.w, location, n_location);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_get_out(&fgr_c, pool_out, n_pool_out, 0);
-    return fgr_end(&fgr_c);
-}
-
-FGR_EXPORT CUresult cuMemGetMemPool(CUmemoryPool *pool, CUmemLocation *location, CUmemAllocationType type)
-{
-    CUresult fgr_r;
-    uint64_t n_pool = pool ? sizeof(CUmemoryPool) : 0;
-    uint64_t n_location = location ? sizeof(CUmemLocation) : 0;
-    struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuMemGetMemPool, 0)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_put_u64(&fgr_c.w, (uint64_t)type);
-    fgr_put_u8(&fgr_c.w, pool != NULL);
-    fgr_put_buf(&fgr_c.w, location, n_location);
-    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
-        return fgr_r;
-    fgr_get_out(&fgr_c, pool, n_pool, 0);
-    return fgr_end(&fgr_c);
-}
-
 FGR_EXPORT CUresult cuStreamGetAttribute(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out)
 {
     CUresult fgr_r;
@@ -7662,6 +7662,8 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuMemPoolGetAttribute] = "cuMemPoolGetAttribute",
     [FGR_OP_cuDeviceGetMemPool] = "cuDeviceGetMemPool",
     [FGR_OP_cuDeviceGetDefaultMemPool] = "cuDeviceGetDefaultMemPool",
+    [FGR_OP_cuMemGetMemPool] = "cuMemGetMemPool",
+    [FGR_OP_cuMemGetDefaultMemPool] = "cuMemGetDefaultMemPool",
     [FGR_OP_cuMemCreate] = "cuMemCreate",
     [FGR_OP_cuMemRelease] = "cuMemRelease",
     [FGR_OP_cuMemAddressReserve] = "cuMemAddressReserve",
@@ -7872,8 +7874,6 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuDeviceGetP2PAtomicCapabilities] = "cuDeviceGetP2PAtomicCapabilities",
     [FGR_OP_cuDeviceGetTexture1DLinearMaxWidth] = "cuDeviceGetTexture1DLinearMaxWidth",
     [FGR_OP_cuLibraryGetManaged] = "cuLibraryGetManaged",
-    [FGR_OP_cuMemGetDefaultMemPool] = "cuMemGetDefaultMemPool",
-    [FGR_OP_cuMemGetMemPool] = "cuMemGetMemPool",
     [FGR_OP_cuStreamGetAttribute] = "cuStreamGetAttribute",
     [FGR_OP_cuStreamGetAttribute_ptsz] = "cuStreamGetAttribute_ptsz",
     [FGR_OP_cuStreamSetAttribute] = "cuStreamSetAttribute",
@@ -8168,6 +8168,8 @@ const struct fg_proc fgr_procs[] = {
     {"cuMemPoolGetAttribute", "cuMemPoolGetAttribute", 11020, 0, (void *)cuMemPoolGetAttribute},
     {"cuDeviceGetMemPool", "cuDeviceGetMemPool", 11020, 0, (void *)cuDeviceGetMemPool},
     {"cuDeviceGetDefaultMemPool", "cuDeviceGetDefaultMemPool", 11020, 0, (void *)cuDeviceGetDefaultMemPool},
+    {"cuMemGetMemPool", "cuMemGetMemPool", 13000, 0, (void *)cuMemGetMemPool},
+    {"cuMemGetDefaultMemPool", "cuMemGetDefaultMemPool", 13000, 0, (void *)cuMemGetDefaultMemPool},
     {"cuMemCreate", "cuMemCreate", 10020, 0, (void *)cuMemCreate},
     {"cuMemRelease", "cuMemRelease", 10020, 0, (void *)cuMemRelease},
     {"cuMemAddressReserve", "cuMemAddressReserve", 10020, 0, (void *)cuMemAddressReserve},
@@ -8428,8 +8430,6 @@ const struct fg_proc fgr_procs[] = {
     {"cuDeviceGetHostAtomicCapabilities", "cuDeviceGetHostAtomicCapabilities", 13000, 0, (void *)cuDeviceGetHostAtomicCapabilities},
     {"cuDeviceGetTexture1DLinearMaxWidth", "cuDeviceGetTexture1DLinearMaxWidth", 11010, 0, (void *)cuDeviceGetTexture1DLinearMaxWidth},
     {"cuLibraryGetManaged", "cuLibraryGetManaged", 12000, 0, (void *)cuLibraryGetManaged},
-    {"cuMemGetDefaultMemPool", "cuMemGetDefaultMemPool", 13000, 0, (void *)cuMemGetDefaultMemPool},
-    {"cuMemGetMemPool", "cuMemGetMemPool", 13000, 0, (void *)cuMemGetMemPool},
     {"cuStreamGetAttribute", "cuStreamGetAttribute", 11000, 0, (void *)cuStreamGetAttribute},
     {"cuStreamGetAttribute", "cuStreamGetAttribute_ptsz", 11000, 1, (void *)cuStreamGetAttribute_ptsz},
     {"cuStreamSetAttribute", "cuStreamSetAttribute", 11000, 0, (void *)cuStreamSetAttribute},

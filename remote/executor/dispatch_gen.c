@@ -36,6 +36,8 @@ typedef CUresult (*pfn_cuMemPoolTrimTo)(CUmemoryPool pool, size_t minBytesToKeep
 typedef CUresult (*pfn_cuMemPoolGetAttribute)(CUmemoryPool pool, CUmemPool_attribute attr, void *value);
 typedef CUresult (*pfn_cuDeviceGetMemPool)(CUmemoryPool *pool, CUdevice dev);
 typedef CUresult (*pfn_cuDeviceGetDefaultMemPool)(CUmemoryPool *pool_out, CUdevice dev);
+typedef CUresult (*pfn_cuMemGetMemPool)(CUmemoryPool *pool, CUmemLocation *location, CUmemAllocationType type);
+typedef CUresult (*pfn_cuMemGetDefaultMemPool)(CUmemoryPool *pool_out, CUmemLocation *location, CUmemAllocationType type);
 typedef CUresult (*pfn_cuMemCreate)(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags);
 typedef CUresult (*pfn_cuMemRelease)(CUmemGenericAllocationHandle handle);
 typedef CUresult (*pfn_cuMemAddressReserve)(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr, unsigned long long flags);
@@ -246,8 +248,6 @@ typedef CUresult (*pfn_cuDeviceGetP2PAttribute)(int *value, CUdevice_P2PAttribut
 typedef CUresult (*pfn_cuDeviceGetP2PAtomicCapabilities)(unsigned int *capabilities, const CUatomicOperation *operations, unsigned int count, CUdevice srcDevice, CUdevice dstDevice);
 typedef CUresult (*pfn_cuDeviceGetTexture1DLinearMaxWidth)(size_t *maxWidthInElements, CUarray_format format, unsigned numChannels, CUdevice dev);
 typedef CUresult (*pfn_cuLibraryGetManaged)(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name);
-typedef CUresult (*pfn_cuMemGetDefaultMemPool)(CUmemoryPool *pool_out, CUmemLocation *location, CUmemAllocationType type);
-typedef CUresult (*pfn_cuMemGetMemPool)(CUmemoryPool *pool, CUmemLocation *location, CUmemAllocationType type);
 typedef CUresult (*pfn_cuStreamGetAttribute)(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out);
 typedef CUresult (*pfn_cuStreamGetAttribute_ptsz)(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out);
 typedef CUresult (*pfn_cuStreamSetAttribute)(CUstream hStream, CUstreamAttrID attr, const CUstreamAttrValue *value);
@@ -1121,6 +1121,56 @@ static CUresult op_cuDeviceGetDefaultMemPool(struct fgr_rd *rd, struct fgr_req *
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuDeviceGetDefaultMemPool)fgr_real[FGR_OP_cuDeviceGetDefaultMemPool])(pool_out, dev);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (pool_out)
+            fgr_add(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)*pool_out, 0, 0);
+        if (fgr_out_n(FGR_H_CUmemoryPool, pool_out, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_pool_out)
+        fgr_reply_out(q, pool_out, sizeof(CUmemoryPool), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuMemGetMemPool(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUmemAllocationType type = (CUmemAllocationType)fgr_get_u64(rd);
+    int has_pool = fgr_get_u8(rd);
+    CUmemLocation *location = fgr_get_buf(rd, q, sizeof(CUmemLocation), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUmemoryPool *pool = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_pool && !(pool = fgr_out(q, sizeof(CUmemoryPool))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuMemGetMemPool)fgr_real[FGR_OP_cuMemGetMemPool])(pool, location, type);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (pool)
+            fgr_add(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)*pool, 0, 0);
+        if (fgr_out_n(FGR_H_CUmemoryPool, pool, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_pool)
+        fgr_reply_out(q, pool, sizeof(CUmemoryPool), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuMemGetDefaultMemPool(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUmemAllocationType type = (CUmemAllocationType)fgr_get_u64(rd);
+    int has_pool_out = fgr_get_u8(rd);
+    CUmemLocation *location = fgr_get_buf(rd, q, sizeof(CUmemLocation), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUmemoryPool *pool_out = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_pool_out && !(pool_out = fgr_out(q, sizeof(CUmemoryPool))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuMemGetDefaultMemPool)fgr_real[FGR_OP_cuMemGetDefaultMemPool])(pool_out, location, type);
     if (fgr_r == CUDA_SUCCESS) {
         if (pool_out)
             fgr_add(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)*pool_out, 0, 0);
@@ -5506,56 +5556,6 @@ static CUresult op_cuLibraryGetManaged(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
-static CUresult op_cuMemGetDefaultMemPool(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUmemAllocationType type = (CUmemAllocationType)fgr_get_u64(rd);
-    int has_pool_out = fgr_get_u8(rd);
-    CUmemLocation *location = fgr_get_buf(rd, q, sizeof(CUmemLocation), 1);
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUmemoryPool *pool_out = NULL;
-    CUresult fgr_r = CUDA_SUCCESS;
-    if (fgr_r == CUDA_SUCCESS && has_pool_out && !(pool_out = fgr_out(q, sizeof(CUmemoryPool))))
-        return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS)
-        fgr_r = ((pfn_cuMemGetDefaultMemPool)fgr_real[FGR_OP_cuMemGetDefaultMemPool])(pool_out, location, type);
-    if (fgr_r == CUDA_SUCCESS) {
-        if (pool_out)
-            fgr_add(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)*pool_out, 0, 0);
-        if (fgr_out_n(FGR_H_CUmemoryPool, pool_out, 1) != 0)
-            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    if (has_pool_out)
-        fgr_reply_out(q, pool_out, sizeof(CUmemoryPool), 0, fgr_r);
-    return fgr_r;
-}
-
-static CUresult op_cuMemGetMemPool(struct fgr_rd *rd, struct fgr_req *q)
-{
-    (void)q;
-    CUmemAllocationType type = (CUmemAllocationType)fgr_get_u64(rd);
-    int has_pool = fgr_get_u8(rd);
-    CUmemLocation *location = fgr_get_buf(rd, q, sizeof(CUmemLocation), 1);
-    if (!fgr_rd_done(rd))
-        return FGR_BAD_FRAME;
-    CUmemoryPool *pool = NULL;
-    CUresult fgr_r = CUDA_SUCCESS;
-    if (fgr_r == CUDA_SUCCESS && has_pool && !(pool = fgr_out(q, sizeof(CUmemoryPool))))
-        return fgr_out_failed(q);
-    if (fgr_r == CUDA_SUCCESS)
-        fgr_r = ((pfn_cuMemGetMemPool)fgr_real[FGR_OP_cuMemGetMemPool])(pool, location, type);
-    if (fgr_r == CUDA_SUCCESS) {
-        if (pool)
-            fgr_add(FGR_H_CUmemoryPool, (uint64_t)(uintptr_t)*pool, 0, 0);
-        if (fgr_out_n(FGR_H_CUmemoryPool, pool, 1) != 0)
-            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
-    }
-    if (has_pool)
-        fgr_reply_out(q, pool, sizeof(CUmemoryPool), 0, fgr_r);
-    return fgr_r;
-}
-
 static CUresult op_cuStreamGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -9355,6 +9355,8 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuMemPoolGetAttribute] = {"cuMemPoolGetAttribute", op_cuMemPoolGetAttribute, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuDeviceGetMemPool] = {"cuDeviceGetMemPool", op_cuDeviceGetMemPool, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuDeviceGetDefaultMemPool] = {"cuDeviceGetDefaultMemPool", op_cuDeviceGetDefaultMemPool, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemGetMemPool] = {"cuMemGetMemPool", op_cuMemGetMemPool, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuMemGetDefaultMemPool] = {"cuMemGetDefaultMemPool", op_cuMemGetDefaultMemPool, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuMemCreate] = {"cuMemCreate", op_cuMemCreate, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuMemRelease] = {"cuMemRelease", op_cuMemRelease, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuMemAddressReserve] = {"cuMemAddressReserve", op_cuMemAddressReserve, 0, FGR_SMALL_FRAME},
@@ -9565,8 +9567,6 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuDeviceGetP2PAtomicCapabilities] = {"cuDeviceGetP2PAtomicCapabilities", op_cuDeviceGetP2PAtomicCapabilities, 0, FGR_MAX_FRAME},
     [FGR_OP_cuDeviceGetTexture1DLinearMaxWidth] = {"cuDeviceGetTexture1DLinearMaxWidth", op_cuDeviceGetTexture1DLinearMaxWidth, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuLibraryGetManaged] = {"cuLibraryGetManaged", op_cuLibraryGetManaged, 0, FGR_SMALL_FRAME},
-    [FGR_OP_cuMemGetDefaultMemPool] = {"cuMemGetDefaultMemPool", op_cuMemGetDefaultMemPool, 0, FGR_SMALL_FRAME},
-    [FGR_OP_cuMemGetMemPool] = {"cuMemGetMemPool", op_cuMemGetMemPool, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamGetAttribute] = {"cuStreamGetAttribute", op_cuStreamGetAttribute, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamGetAttribute_ptsz] = {"cuStreamGetAttribute_ptsz", op_cuStreamGetAttribute_ptsz, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuStreamSetAttribute] = {"cuStreamSetAttribute", op_cuStreamSetAttribute, 0, FGR_SMALL_FRAME},

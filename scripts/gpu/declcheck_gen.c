@@ -119,6 +119,10 @@ typedef CUresult (CUDAAPI *fg_sig_cuDeviceGetMemPool)(CUmemoryPool *pool, CUdevi
 SAME(fg_sig_cuDeviceGetMemPool, PFN_cuDeviceGetMemPool_v11020);
 typedef CUresult (CUDAAPI *fg_sig_cuDeviceGetDefaultMemPool)(CUmemoryPool *pool_out, CUdevice dev);
 SAME(fg_sig_cuDeviceGetDefaultMemPool, PFN_cuDeviceGetDefaultMemPool_v11020);
+typedef CUresult (CUDAAPI *fg_sig_cuMemGetMemPool)(CUmemoryPool *pool, CUmemLocation *location, CUmemAllocationType type);
+SAME(fg_sig_cuMemGetMemPool, PFN_cuMemGetMemPool_v13000);
+typedef CUresult (CUDAAPI *fg_sig_cuMemGetDefaultMemPool)(CUmemoryPool *pool_out, CUmemLocation *location, CUmemAllocationType type);
+SAME(fg_sig_cuMemGetDefaultMemPool, PFN_cuMemGetDefaultMemPool_v13000);
 typedef CUresult (CUDAAPI *fg_sig_cuMemCreate)(CUmemGenericAllocationHandle *handle, size_t size, const CUmemAllocationProp *prop, unsigned long long flags);
 SAME(fg_sig_cuMemCreate, PFN_cuMemCreate_v10020);
 typedef CUresult (CUDAAPI *fg_sig_cuMemRelease)(CUmemGenericAllocationHandle handle);

@@ -203,10 +203,6 @@ typedef CUresult (CUDAAPI *fg_sig_cuDeviceGetTexture1DLinearMaxWidth)(size_t *ma
 SAME(fg_sig_cuDeviceGetTexture1DLinearMaxWidth, PFN_cuDeviceGetTexture1DLinearMaxWidth_v11010);
 typedef CUresult (CUDAAPI *fg_sig_cuLibraryGetManaged)(CUdeviceptr *dptr, size_t *bytes, CUlibrary library, const char *name);
 SAME(fg_sig_cuLibraryGetManaged, PFN_cuLibraryGetManaged_v12000);
-typedef CUresult (CUDAAPI *fg_sig_cuMemGetDefaultMemPool)(CUmemoryPool *pool_out, CUmemLocation *location, CUmemAllocationType type);
-SAME(fg_sig_cuMemGetDefaultMemPool, PFN_cuMemGetDefaultMemPool_v13000);
-typedef CUresult (CUDAAPI *fg_sig_cuMemGetMemPool)(CUmemoryPool *pool, CUmemLocation *location, CUmemAllocationType type);
-SAME(fg_sig_cuMemGetMemPool, PFN_cuMemGetMemPool_v13000);
 typedef CUresult (CUDAAPI *fg_sig_cuStreamGetAttribute)(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out);
 SAME(fg_sig_cuStreamGetAttribute, PFN_cuStreamGetAttribute_v11000);
 typedef CUresult (CUDAAPI *fg_sig_cuStreamGetAttribute_ptsz)(CUstream hStream, CUstreamAttrID attr, CUstreamAttrValue *value_out);

@@ -8,7 +8,8 @@
  * CUDA-in-graphics parameters; with "tex" it only asks for a texture
  * object; with "old", it looks up the entry points of CUDA 2 to 4 as old
  * programs' loaders do; with "features", it prints the device's answers
- * for features programs check before they use them. */
+ * for features programs check before they use them; with "hostpool
+ * [MIB]", it allocates from pools of host memory and a device pool. */
 #include <stdint.h>
 #include <unistd.h>
 
@@ -96,6 +97,51 @@ static void ctx_events(void)
     CHECK(cuStreamDestroy_v2(b));
 }
 
+/* Pools of host memory: the host's current one and one made, each
+ * allocated from (bytes), the allocation written by the host and read
+ * back by a copy; then a device pool's, as before. */
+static int host_pools(size_t bytes)
+{
+    CUcontext ctx;
+    CHECK(cuDevicePrimaryCtxRetain(&ctx, 0));
+    CHECK(cuCtxSetCurrent(ctx));
+    CUstream st;
+    CHECK(cuStreamCreate(&st, 0));
+    CUmemLocation hl = {CU_MEM_LOCATION_TYPE_HOST, 0}, dl = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
+    CUmemoryPool current, made, dev;
+    CUmemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    props.location = hl;
+    CHECK(cuMemGetMemPool(&current, &hl, CU_MEM_ALLOCATION_TYPE_PINNED));
+    CHECK(cuMemPoolCreate(&made, &props));
+    CHECK(cuMemGetMemPool(&dev, &dl, CU_MEM_ALLOCATION_TYPE_PINNED));
+    CUmemoryPool pools[3] = {current, made, dev};
+    const char *what[3] = {"the host's current pool", "a pool of host memory made", "the device's pool"};
+    for (int i = 0; i < 3; i++) {
+        CUdeviceptr p = 0;
+        CUresult r = cuMemAllocFromPoolAsync(&p, bytes, pools[i], st);
+        printf("%s: %s", what[i], result_name(r));
+        if (r == CUDA_SUCCESS) {
+            unsigned type = 0, back = 0, v = 0x5a5a0000u + (unsigned)i;
+            CHECK(cuStreamSynchronize(st));
+            CHECK(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, p));
+            if (type == CU_MEMORYTYPE_HOST)
+                *(volatile unsigned *)(uintptr_t)p = v; /* the host writes it */
+            else
+                CHECK(cuMemcpyHtoD_v2(p, &v, sizeof v));
+            CHECK(cuMemcpyDtoH_v2(&back, p, sizeof back));
+            printf(", %s memory, %s", type == CU_MEMORYTYPE_HOST ? "host" : "device",
+                   back == v ? "read back" : "read back otherwise");
+            CHECK(cuMemFreeAsync(p, st));
+        }
+        printf("\n");
+    }
+    CHECK(cuStreamSynchronize(st));
+    CHECK(cuMemPoolDestroy(made));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     CHECK(cuInit(0));
@@ -112,6 +158,8 @@ int main(int argc, char **argv)
     ctx_v4("with 4 SMs", &sm4);
     aff.param.smCount.val = 0;
     ctx_v4("with 0 SMs", &sm4);
+    if (argc > 1 && !strcmp(argv[1], "hostpool"))
+        return host_pools(argc > 2 ? (size_t)atoi(argv[2]) << 20 : 4096);
     if (argc > 1 && !strcmp(argv[1], "refused")) {
         /* Looked up: the simulated GPU can print no graph. */
         CUresult (*print)(CUgraph, const char *, unsigned int) =

@@ -60,6 +60,8 @@ static const struct fg_variant fg_variants[] = {
     {"cuMemPoolGetAttribute", "cuMemPoolGetAttribute", 11020, 0, 0},
     {"cuDeviceGetMemPool", "cuDeviceGetMemPool", 11020, 0, 0},
     {"cuDeviceGetDefaultMemPool", "cuDeviceGetDefaultMemPool", 11020, 0, 0},
+    {"cuMemGetMemPool", "cuMemGetMemPool", 13000, 0, 0},
+    {"cuMemGetDefaultMemPool", "cuMemGetDefaultMemPool", 13000, 0, 0},
     {"cuMemCreate", "cuMemCreate", 10020, 0, 0},
     {"cuMemRelease", "cuMemRelease", 10020, 0, 0},
     {"cuMemAddressReserve", "cuMemAddressReserve", 10020, 0, 0},

@@ -224,6 +224,21 @@ func TestPoolAllocationsChargedToThePoolsDevice(t *testing.T) {
 	}
 }
 
+// Pools of host memory hand out host memory: a tenant's GPU quota is not
+// charged for it (the host's current pool, known to the shim only by
+// asking the driver, and a pool made), while the device's pool still is.
+func TestHostPoolsNotChargedToTheGPU(t *testing.T) {
+	e := quotaEnv(t)
+	r := e.run("flexgv", "run", "--mem", "1GiB", "--", bin("families"), "hostpool", "2048")
+	for _, want := range []string{"the host's current pool: CUDA_SUCCESS, host memory, read back\n",
+		"a pool of host memory made: CUDA_SUCCESS, host memory, read back\n",
+		"the device's pool: CUDA_ERROR_OUT_OF_MEMORY\n"} {
+		if r.code != 0 || !strings.Contains(r.stdout, want) {
+			t.Errorf("--mem 1GiB, 2 GiB from each pool: exit %d, want %q\n%s%s", r.code, want, r.stdout, r.stderr)
+		}
+	}
+}
+
 // A graph's allocation nodes are charged to the devices they are on.
 func TestGraphMemoryChargedPerDevice(t *testing.T) {
 	e := quotaEnv(t, "FLEXGV_SIM_DEVICES=2")

@@ -246,3 +246,32 @@ func TestRemoteExportsEverySpecEntry(t *testing.T) {
 		}
 	}
 }
+
+// Pools of host memory: on the simulated GPU the host's current pool and
+// one made hand out host memory the host writes. Remotely that memory
+// would be the server's host's, out of the program's reach: allocations
+// from such pools are refused and said once, never handed out to fault,
+// while a device pool's still are.
+func TestRemoteHostPools(t *testing.T) {
+	e := newEnv(t)
+	local := e.run("families", "hostpool")
+	for _, want := range []string{"the host's current pool: CUDA_SUCCESS, host memory, read back\n",
+		"a pool of host memory made: CUDA_SUCCESS, host memory, read back\n"} {
+		if local.code != 0 || !strings.Contains(local.stdout, want) {
+			t.Fatalf("locally: exit %d, want %q\n%s%s", local.code, want, local.stdout, local.stderr)
+		}
+	}
+	for _, transport := range []string{"unix", "shm"} {
+		r := e.remote(e.serveNamed(transport, transport), "families", "hostpool")
+		for _, want := range []string{"the host's current pool: CUDA_ERROR_NOT_SUPPORTED\n",
+			"a pool of host memory made: CUDA_ERROR_NOT_SUPPORTED\n",
+			"the device's pool: CUDA_SUCCESS, device memory, read back\n"} {
+			if r.code != 0 || !strings.Contains(r.stdout, want) {
+				t.Errorf("over %s: exit %d, want %q\n%s%s", transport, r.code, want, r.stdout, r.stderr)
+			}
+		}
+		if n := strings.Count(r.stderr, "a pool of host memory: the server's, which this process cannot reach"); n != 1 {
+			t.Errorf("over %s: the refusal said %d times\n%s", transport, n, r.stderr)
+		}
+	}
+}
