@@ -97,6 +97,16 @@ static void ctx_events(void)
     CHECK(cuStreamDestroy_v2(b));
 }
 
+/* A pool of pinned memory at a location. */
+static CUmemPoolProps pool_props(CUmemLocation at)
+{
+    CUmemPoolProps p;
+    memset(&p, 0, sizeof p);
+    p.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.location = at;
+    return p;
+}
+
 /* Pools of host memory: the host's current one and one made, each
  * allocated from (bytes), the allocation written by the host and read
  * back by a copy; then a device pool's, as before. */
@@ -109,10 +119,7 @@ static int host_pools(size_t bytes)
     CHECK(cuStreamCreate(&st, 0));
     CUmemLocation hl = {CU_MEM_LOCATION_TYPE_HOST, 0}, dl = {CU_MEM_LOCATION_TYPE_DEVICE, 0};
     CUmemoryPool current, made, dev;
-    CUmemPoolProps props;
-    memset(&props, 0, sizeof props);
-    props.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
-    props.location = hl;
+    CUmemPoolProps props = pool_props(hl);
     CHECK(cuMemGetMemPool(&current, &hl, CU_MEM_ALLOCATION_TYPE_PINNED));
     CHECK(cuMemPoolCreate(&made, &props));
     CHECK(cuMemGetMemPool(&dev, &dl, CU_MEM_ALLOCATION_TYPE_PINNED));
@@ -457,10 +464,7 @@ int main(int argc, char **argv)
     /* Pools by location (CUDA 13): the device's current pool set and read. */
     CUmemLocation dl = {CU_MEM_LOCATION_TYPE_DEVICE, 0}, hl = {CU_MEM_LOCATION_TYPE_HOST, 0};
     CUmemoryPool dp = NULL, mp = NULL, cp = NULL, hp = NULL;
-    CUmemPoolProps pprops;
-    memset(&pprops, 0, sizeof pprops);
-    pprops.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
-    pprops.location = dl;
+    CUmemPoolProps pprops = pool_props(dl);
     CHECK(cuMemGetDefaultMemPool(&dp, &dl, CU_MEM_ALLOCATION_TYPE_PINNED));
     CHECK(cuMemPoolCreate(&mp, &pprops));
     CHECK(cuMemSetMemPool(&dl, CU_MEM_ALLOCATION_TYPE_PINNED, mp));
