@@ -94,7 +94,9 @@ static void run(uint64_t id)
     e = &tab[k]; /* tab may have grown meanwhile */
     e->busy = 0;
     pthread_cond_broadcast(&returned);
-    if (!(id & FGR_HOSTFN_KEEP))
+    if (!(id & FGR_HOSTFN_KEEP) && e->skip)
+        e->spent = 1; /* its replayed run is still to come: the id stays its own */
+    else if (!(id & FGR_HOSTFN_KEEP))
         done_with((size_t)k);
     pthread_mutex_unlock(&mu);
 }
