@@ -144,8 +144,10 @@ static CUresult alloc_async(struct async_call c, int per_thread)
         return call(&c, from_pool);
     int dev;
     if (from_pool) {
-        if ((dev = pool_device(c.pool)) < 0)
-            return call(&c, 1); /* host memory: no device's */
+        if ((dev = pool_device(c.pool)) < 0) {
+            know_pool(c.pool, -1); /* host memory: no device's, and not asked again */
+            return call(&c, 1);
+        }
     } else {
         fg_real_cuDeviceGetMemPool getpool = REAL(cuDeviceGetMemPool);
         dev = stream_device(c.stream, per_thread);
