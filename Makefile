@@ -136,7 +136,7 @@ REMOTE_HDRS   := $(wildcard remote/*.h remote/client/*.h remote/executor/*.h) $(
 REMOTE_CLIENT := remote/wire.c remote/ring.c remote/sha256.c $(wildcard remote/client/*.c)
 REMOTE_EXEC   := remote/wire.c remote/ring.c remote/sha256.c $(wildcard remote/executor/*.c)
 remote: $(BUILD)/remote/libcuda.so.1 $(BUILD)/remote/libnvidia-ml.so.1 $(BUILD)/remote/flexgv-executor \
-	$(BUILD)/bench/executor-checks
+	$(BUILD)/remote/libnvcuvid.so.1 $(BUILD)/bench/executor-checks
 # The executor's decoding without its connection (bench/executor-checks.sh),
 # built with the rest so that it keeps up with the executor's files.
 EXEC_CHECKS   := bench/executor_checks.c remote/wire.c remote/sha256.c \
@@ -162,6 +162,15 @@ $(BUILD)/remote/libnvidia-ml.so.1: $(REMOTE_NVML) $(BUILD)/gen/nvml_names.def $(
 	$(CC) $(CFLAGS) $(WARN) -fPIC -shared -fvisibility=hidden $(INCS) -I$(BUILD)/gen -Wl,-soname,libnvidia-ml.so.1 \
 		-Wl,-Bsymbolic-functions -Wl,-rpath,'$$ORIGIN' -o $@ $(REMOTE_NVML) -L$(BUILD)/remote -lcuda -lpthread
 	ln -sf libnvidia-ml.so.1 $(BUILD)/remote/libnvidia-ml.so
+
+# The video decoder's library, absent (remote/novideo): its one dependency,
+# named for why, is made only to be linked against.
+NOVIDEO := flexgv-remote-gpus-carry-no-video-engines.so
+$(BUILD)/remote/libnvcuvid.so.1: remote/novideo/libnvcuvid.c
+	@mkdir -p $(@D)/.novideo
+	$(CC) -shared -o $(@D)/.novideo/$(NOVIDEO) -Wl,-soname,$(NOVIDEO) -x c /dev/null
+	$(CC) $(CFLAGS) -fPIC -shared -Wl,-soname,libnvcuvid.so.1 -Wl,--no-as-needed -o $@ $< $(@D)/.novideo/$(NOVIDEO)
+	rm -rf $(@D)/.novideo
 
 $(BUILD)/remote/flexgv-executor: $(REMOTE_EXEC) $(REMOTE_HDRS)
 	@mkdir -p $(@D)

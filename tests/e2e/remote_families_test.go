@@ -275,3 +275,34 @@ func TestRemoteHostPools(t *testing.T) {
 		}
 	}
 }
+
+// A remote program finds no video decoder library, even where the host's
+// driver has one on the library path: the GPU's video and JPEG engines are
+// not carried, and the driver's library, beside the remoting libcuda.so.1,
+// waits for them forever (nvJPEG's hardware backend did on the H200).
+func TestRemoteHasNoVideoDecoder(t *testing.T) {
+	e := newEnv(t)
+	// A host's own libnvcuvid.so.1, found after the remoting folder.
+	host := filepath.Join(e.dir, "driver")
+	if err := os.MkdirAll(host, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	src := filepath.Join(e.dir, "nvcuvid.c")
+	if err := os.WriteFile(src, []byte("int cuvidGetDecoderCaps(void *caps) { (void)caps; return 0; }\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("cc", "-shared", "-fPIC", "-Wl,-soname,libnvcuvid.so.1", "-o",
+		filepath.Join(host, "libnvcuvid.so.1"), src).CombinedOutput(); err != nil {
+		t.Fatalf("building a stand-in driver library: %v\n%s", err, out)
+	}
+	local := e.runIn(filepath.Join(build, "sim")+":"+host, "families", "video")
+	if local.code != 0 || !strings.Contains(local.stdout, "the video decoder's library: loaded\n") {
+		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
+	}
+	s := e.serve("unix")
+	r := e.runIn(host, "flexgv", "run", "--remote", s.addr, "--", bin("families"), "video")
+	want := "the video decoder's library: flexgv-remote-gpus-carry-no-video-engines.so: cannot open shared object file"
+	if r.code != 0 || !strings.Contains(r.stdout, want) {
+		t.Errorf("remotely: exit %d, want %q\n%s%s", r.code, want, r.stdout, r.stderr)
+	}
+}
