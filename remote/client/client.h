@@ -310,7 +310,11 @@ int fgr_state_remake(const char *to, struct fgr_conn_saved *made, struct fgr_rem
  * (0; 1 when only one step can be made, to shm://; -1 having written why);
  * ready once the structure is made there; end (1 made: the new executor's
  * connection in a->conn; 0 not, having written why; -1 the structure
- * changed meanwhile: make it in one step). pause: the last step's ms. */
+ * changed meanwhile: make it again). pause: the last step's ms. A
+ * structure that changed is made again in two steps up to FGR_AHEAD_TRIES
+ * times in a row (a training allocates every few seconds; its structure
+ * takes about a second to make), then in one. */
+#define FGR_AHEAD_TRIES 3
 struct fgr_ahead {
     struct fgr_conn_saved conn;
     uint8_t *state;

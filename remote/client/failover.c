@@ -375,7 +375,7 @@ static void paused(unsigned ms)
 
 /* Checkpoints are taken in two steps where they can be (ahead.c). */
 static struct fgr_ahead ahead = {.conn = {.fd = -1}};
-static int in_one_step; /* the structure changed under the last one */
+static unsigned changed; /* two-step checkpoints in a row the structure changed under */
 
 /* The server was lost during a checkpoint, whose calls found it so: the
  * program went on elsewhere, and what the checkpoint made (for the server
@@ -400,16 +400,17 @@ void fgr_checkpoint(void)
         if (overtaken(before, r > 0 ? &ahead.conn : NULL))
             return;
         if (r > 0) {
+            changed = 0;
             taken(ahead.conn, &ahead.m, 2);
         } else if (r < 0) {
-            in_one_step = 1; /* what the program made meanwhile: taken in one step now */
+            changed++; /* what the program made meanwhile: taken again now */
             due = 0;
         } else {
             not_taken(why);
         }
         return;
     }
-    if (have_standby && !in_one_step) {
+    if (have_standby && changed < FGR_AHEAD_TRIES) {
         int r = fgr_ahead_start(&ahead, to, why, sizeof why);
         paused(ahead.pause);
         if (overtaken(before, NULL))
@@ -418,7 +419,7 @@ void fgr_checkpoint(void)
             not_taken(why);
         return;
     }
-    in_one_step = 0;
+    changed = 0;
     struct fgr_conn_saved made;
     struct fgr_remade m;
     int ok = fgr_state_remake(to, &made, &m, why, sizeof why);

@@ -187,6 +187,9 @@ int fgr_state_remake(const char *to, struct fgr_conn_saved *made, struct fgr_rem
     return done;
 }
 
+/* A move in two steps: its attempts, and what the earlier ones paused. */
+static unsigned moving_tries, moving_paused;
+
 /* How a move ended: told to the old executor (for flexgv migrate) and to
  * the program; made: the new executor's connection, taken or let go. */
 static void move_ended(int moved, struct fgr_conn_saved *made, const struct fgr_remade *m, const char *to,
@@ -199,18 +202,26 @@ static void move_ended(int moved, struct fgr_conn_saved *made, const struct fgr_
         fgr_conn_moved(to);
         fgr_failover_moved(to);
         fgr_hostfn_moved(ran, 0);
+        /* Attempts in two steps the program's calls changed the state under. */
+        char again[96] = "";
+        if (moving_tries > 1 && steps == 2)
+            snprintf(again, sizeof again, ", the state made there again: the program changed it under %u before",
+                     moving_tries - 1);
+        else if (moving_tries > 1)
+            snprintf(again, sizeof again, "in one step: the program changed its state under %u in two steps;",
+                     moving_tries);
         if (steps == 2)
-            fgr_say("moved to the GPU server %s (in two steps: the program paused %u ms, %u to start it and %u to end it; "
+            fgr_say("moved to the GPU server %s (in two steps%s: the program paused %u ms, %u to start it and %u to end it; "
                     "%.1f MiB of device memory copied, %.1f MiB of it device to device, and %.1f MiB of state; at %u ms "
                     "the state was read, at %u the target reached)",
-                    to, m->ms, m->ms - m->at[2], m->at[2], m->bytes / 1048576.0, m->pulled / 1048576.0,
+                    to, again, m->ms, m->ms - m->at[2], m->at[2], m->bytes / 1048576.0, m->pulled / 1048576.0,
                     m->state / 1048576.0, m->at[0], m->at[1]);
         else
-            fgr_say("moved to the GPU server %s (the program paused %u ms; %.1f MiB of device memory copied, %.1f MiB of "
-                    "it device to device, and %.1f MiB of state; at %u ms the state was read, at %u the target reached, "
-                    "at %u the state made again there)",
-                    to, m->ms, m->bytes / 1048576.0, m->pulled / 1048576.0, m->state / 1048576.0, m->at[0], m->at[1],
-                    m->at[2]);
+            fgr_say("moved to the GPU server %s (%s%sthe program paused %u ms; %.1f MiB of device memory copied, %.1f "
+                    "MiB of it device to device, and %.1f MiB of state; at %u ms the state was read, at %u the target "
+                    "reached, at %u the state made again there)",
+                    to, again, *again ? " " : "", m->ms, m->bytes / 1048576.0, m->pulled / 1048576.0,
+                    m->state / 1048576.0, m->at[0], m->at[1], m->at[2]);
     } else {
         fgr_say("stays on this GPU server: %s", why);
     }
@@ -247,6 +258,8 @@ void fgr_move(const char *to)
         move_ended(0, &none, &m, to, "no memory for the move", 2);
         return;
     }
+    moving_tries = 1;
+    moving_paused = 0;
     int r = fgr_ahead_start(&moving, to, why, sizeof why);
     if (r > 0) {
         move_now(to, 0);
@@ -275,9 +288,27 @@ void fgr_move_end(void)
     unsigned first = moving.m.ms;
     int r = fgr_ahead_end(&moving, why, sizeof why);
     moving_to = NULL;
-    if (r < 0)
-        move_now(to, first + moving.pause); /* the structure changed meanwhile */
-    else
+    if (r < 0) { /* the structure changed meanwhile */
+        int again = 1; /* as fgr_ahead_start answers: 1, in one step */
+        moving_paused += first + moving.pause;
+        if (moving_tries < FGR_AHEAD_TRIES) {
+            moving_tries++;
+            if ((again = fgr_ahead_start(&moving, to, why, sizeof why)) == 0) {
+                moving_to = to;
+                return;
+            }
+            moving_paused += moving.pause;
+        }
+        if (again < 0) {
+            struct fgr_conn_saved none = {.fd = -1};
+            struct fgr_remade m = {.ms = moving_paused};
+            move_ended(0, &none, &m, to, why, 2);
+        } else {
+            move_now(to, moving_paused);
+        }
+    } else {
+        moving.m.ms += moving_paused;
         move_ended(r > 0, &moving.conn, &moving.m, to, why, 2);
+    }
     free(to);
 }

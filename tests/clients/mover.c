@@ -1,6 +1,6 @@
 /* A program that keeps changing device memory and checking it, to be moved
  * between servers while it runs (flexgv migrate):
- *     mover STEPS [HOLD_AT[,HOLD_AT...] READY GO [busy][,pool][,hostfn]]
+ *     mover STEPS [HOLD_AT[,HOLD_AT...] READY GO [busy][,grow][,pool][,hostfn]]
  * Each step adds the step's number to every word of a buffer and of a
  * module variable (a kernel launched on a stream), and to another buffer
  * twice the last odd step's (an explicit graph's kernel node, its
@@ -13,6 +13,7 @@
  * step it creates the file READY and waits for GO (the test moves it
  * meanwhile), then removes both for the next hold; "busy" asks a stream
  * about its work while it waits, so that a move in two steps ends then;
+ * "grow" makes an event before each question and destroys it after;
  * "pool" makes a pool of its own the device's current one, each step
  * allocating from it (cuMemAllocAsync, the step before's freed) and checking
  * that it is still current, its threshold kept and the step's allocation in
@@ -51,15 +52,21 @@ static int words_are(int step, const char *what, CUdeviceptr p, unsigned n, unsi
 
 static void tick(void *p) { (*(unsigned *)p)++; }
 
-/* Waits for the file at path, asking s about its work meanwhile if busy. */
-static void wait_for(const char *path, int busy, CUstream s)
+/* Waits for the file at path, asking s about its work meanwhile if busy,
+ * an event made and destroyed around each question if grow. */
+static void wait_for(const char *path, int busy, int grow, CUstream s)
 {
     struct stat st;
     while (stat(path, &st) != 0) {
+        CUevent ev = NULL;
+        if (grow) /* between any two questions, what a move makes again changes */
+            CHECK(cuEventCreate(&ev, 0));
         if (busy && cuStreamQuery(s) != CUDA_SUCCESS) {
             printf("the stream's work failed while held\n");
             exit(1);
         }
+        if (grow)
+            CHECK(cuEventDestroy_v2(ev));
         usleep(10000);
     }
 }
@@ -78,6 +85,7 @@ int main(int argc, char **argv)
     int steps = argc > 1 ? atoi(argv[1]) : 8;
     const char *holds = argc > 4 ? argv[2] : NULL;
     int busy = argc > 5 && strstr(argv[5], "busy"), pooled = argc > 5 && strstr(argv[5], "pool");
+    int grow = argc > 5 && strstr(argv[5], "grow");
     int hostfn = argc > 5 && strstr(argv[5], "hostfn");
     CUcontext ctx = primary_context();
     (void)ctx;
@@ -177,7 +185,7 @@ int main(int argc, char **argv)
             FILE *f = fopen(argv[3], "w");
             if (f)
                 fclose(f);
-            wait_for(argv[4], busy, s);
+            wait_for(argv[4], busy, grow, s);
             unlink(argv[3]);
             unlink(argv[4]);
         }

@@ -495,6 +495,24 @@ func TestRemoteMigrateTwoSteps(t *testing.T) {
 	}
 }
 
+// A program that changes its state between any two of its calls that wait
+// (an event made and destroyed around each, while it is held) is moved in
+// one step after three attempts in two steps, each undone, and prints what
+// an unmoved run prints.
+func TestRemoteMigrateChangingState(t *testing.T) {
+	e := newEnv(t)
+	local := runsLocally(t, e, []string{"mover", "6"}, "done")
+	a, b := e.serveNamed("a", "unix"), e.serveNamed("b", "unix")
+	m, p := moverRunAs(t, e, "busy,grow", a, b)
+	if m.code != 0 || !strings.Contains(m.stdout, "moved to "+b.addr) {
+		t.Errorf("flexgv migrate: exit %d\n%s%s", m.code, m.stdout, m.stderr)
+	}
+	want := "moved to the GPU server " + b.addr + " (in one step: the program changed its state under 3 in two steps; the program paused "
+	if p.code != 0 || p.stdout != local.stdout || !strings.Contains(p.stderr, want) {
+		t.Errorf("the moved program: exit %d, want %q\n%s\nwant\n%s\n%s", p.code, want, p.stdout, local.stdout, p.stderr)
+	}
+}
+
 // result sends op with ctx and args and returns the CUresult it answered.
 func (r *rawConn) result(name string, ctx uint64, args w) uint32 {
 	r.t.Helper()
