@@ -137,9 +137,14 @@ static int host_pools(size_t bytes)
                 *(volatile unsigned *)(uintptr_t)p = v; /* the host writes it */
             else
                 CHECK(cuMemcpyHtoD_v2(p, &v, sizeof v));
-            CHECK(cuMemcpyDtoH_v2(&back, p, sizeof back));
-            printf(", %s memory, %s", type == CU_MEMORYTYPE_HOST ? "host" : "device",
-                   back == v ? "read back" : "read back otherwise");
+            /* A copy down names device memory: host memory is read through
+             * the unified copy. */
+            CUresult down = cuMemcpyDtoH_v2(&back, p, sizeof back);
+            if (down != CUDA_SUCCESS)
+                CHECK(cuMemcpy((CUdeviceptr)(uintptr_t)&back, p, sizeof back));
+            printf(", %s memory, %s%s%s", type == CU_MEMORYTYPE_HOST ? "host" : "device",
+                   back == v ? "read back" : "read back otherwise", down ? "; a copy down: " : "",
+                   down ? result_name(down) : "");
             CHECK(cuMemFreeAsync(p, st));
         }
         printf("\n");
