@@ -343,7 +343,7 @@ static void not_taken(const char *why)
 
 /* made holds the program's state as it is now: the calls kept before are
  * of no more use. */
-static void taken(struct fgr_conn_saved made, const struct fgr_remade *m, int steps)
+static void taken(struct fgr_conn_saved made, const struct fgr_remade *m, int steps, unsigned undone)
 {
     struct fgr_conn_saved old = standby;
     standby = made;
@@ -359,10 +359,14 @@ static void taken(struct fgr_conn_saved made, const struct fgr_remade *m, int st
     fgr_conn_drop(&old); /* the checkpoint before ends with its executor */
     /* Said with FLEXGV_REMOTE_LOG=errors: each, and at exit what they took. */
     summary_at_exit();
-    if (fgr_log_errors())
-        fgr_say("checkpoint %u on the failover server %s (in %s; the program paused %u ms; %.1f MiB of device memory, "
-                "%.1f MiB of state)", checkpoints, to, steps == 2 ? "two steps" : "one step", m->ms, m->bytes / 1048576.0,
-                m->state / 1048576.0);
+    if (fgr_log_errors()) {
+        char after[96] = "";
+        if (undone)
+            snprintf(after, sizeof after, ", after %u in two steps the program's changes undid", undone);
+        fgr_say("checkpoint %u on the failover server %s (in %s%s; the program paused %u ms; %.1f MiB of device memory, "
+                "%.1f MiB of state)", checkpoints, to, steps == 2 ? "two steps" : "one step", after, m->ms,
+                m->bytes / 1048576.0, m->state / 1048576.0);
+    }
 }
 
 static void paused(unsigned ms)
@@ -401,7 +405,7 @@ void fgr_checkpoint(void)
             return;
         if (r > 0) {
             changed = 0;
-            taken(ahead.conn, &ahead.m, 2);
+            taken(ahead.conn, &ahead.m, 2, 0);
         } else if (r < 0) {
             changed++; /* what the program made meanwhile: taken again now */
             due = 0;
@@ -419,6 +423,7 @@ void fgr_checkpoint(void)
             not_taken(why);
         return;
     }
+    unsigned undone = changed;
     changed = 0;
     struct fgr_conn_saved made;
     struct fgr_remade m;
@@ -432,7 +437,7 @@ void fgr_checkpoint(void)
         not_taken(why);
         return;
     }
-    taken(made, &m, 1);
+    taken(made, &m, 1, undone);
 }
 
 /* Before a checkpoint dials the failover server, a thread of its own has

@@ -285,6 +285,34 @@ func TestRemoteFailoverTwoSteps(t *testing.T) {
 	}
 }
 
+// Checkpoints of a program that changes its state between any two of its
+// calls that wait (an event made and destroyed around each, while held):
+// each is tried three times in two steps, undone each time, then taken in
+// one; the program goes on from one when its server dies.
+func TestRemoteFailoverChangingState(t *testing.T) {
+	e := newEnv(t)
+	local := runsLocally(t, e, []string{"mover", "6"}, "done")
+	a, b := e.serveNamed("a", "unix"), e.serveNamed("b", "unix")
+	prefix := []string{bin("flexgv"), "run", "--remote", a.addr, "--failover", b.addr, "--checkpoint-every", "1ms", "--"}
+	cmd, out, errb, goOn := startHeldAt(t, e, "2,4", prefix, append(e.environ(""), "FLEXGV_REMOTE_LOG=errors"), "busy,grow")
+	// Held before step 2, with the checkpoints due at every call.
+	want := "(in one step, after 3 in two steps the program's changes undid;"
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(errb.String(), want); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoint said %q:\n%s", want, errb.String())
+		}
+	}
+	os.WriteFile(goOn, nil, 0o644)
+	heldAgain(t, goOn, filepath.Join(e.dir, "ready"), errb)
+	a.cmd.Process.Signal(syscall.SIGKILL)
+	a.cmd.Wait()
+	os.WriteFile(goOn, nil, 0o644)
+	endsWithin(t, cmd, 60*time.Second, "its server was killed", errb.String)
+	if code := cmd.ProcessState.ExitCode(); code != 0 || out.String() != local.stdout || !strings.Contains(errb.String(), "going on at "+b.addr) {
+		t.Errorf("the program: exit %d\n%s\nwant\n%s\n%s", code, out.String(), local.stdout, errb.String())
+	}
+}
+
 // The failover settings the program's library reads: a bad one is said and
 // CUDA refused (no run without the failover asked for), never a silent
 // default.
