@@ -120,6 +120,32 @@ func TestRemoteFailoverChain(t *testing.T) {
 	}
 }
 
+// heldFailover is the mover under flexgv run on server a with failover
+// server b, checkpoints due at every idle call, held before steps 2 and 4.
+type heldFailover struct {
+	a, b        *server
+	cmd         *exec.Cmd
+	out, errb   *lockedBuffer
+	goOn, ready string
+	said        func(want string) // waits until the program said want
+}
+
+func startHeldFailover(t *testing.T, e *env, mode string) heldFailover {
+	t.Helper()
+	h := heldFailover{a: e.serveNamed("a", "unix"), b: e.serveNamed("b", "unix"), ready: filepath.Join(e.dir, "ready")}
+	prefix := []string{bin("flexgv"), "run", "--remote", h.a.addr, "--failover", h.b.addr, "--checkpoint-every", "1ms", "--"}
+	h.cmd, h.out, h.errb, h.goOn = startHeldAt(t, e, "2,4", prefix, append(e.environ(""), "FLEXGV_REMOTE_LOG=errors"), mode)
+	h.said = func(want string) {
+		t.Helper()
+		for deadline := time.Now().Add(60 * time.Second); !strings.Contains(h.errb.String(), want); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the program never said %q:\n%s", want, h.errb.String())
+			}
+		}
+	}
+	return h
+}
+
 // After the last failover server the checkpoints go to the program's first
 // server again: restarted after it was killed, it takes them, and the
 // program goes on there when its failover server is killed in turn, then
@@ -128,22 +154,10 @@ func TestRemoteFailoverChain(t *testing.T) {
 func TestRemoteFailoverRoundToTheFirst(t *testing.T) {
 	e := newEnv(t)
 	local := runsLocally(t, e, []string{"mover", "6"}, "done")
-	a, b := e.serveNamed("a", "unix"), e.serveNamed("b", "unix")
-	prefix := []string{bin("flexgv"), "run", "--remote", a.addr, "--failover", b.addr, "--checkpoint-every", "1ms", "--"}
 	// Held while making calls ("busy"): the failovers and checkpoints are
 	// made during the holds.
-	cmd, out, errb, goOn := startHeldAt(t, e, "2,4", prefix, append(e.environ(""), "FLEXGV_REMOTE_LOG=errors"), "busy")
-	ready := filepath.Join(e.dir, "ready")
-	said := func(want string) {
-		t.Helper()
-		deadline := time.Now().Add(60 * time.Second)
-		for !strings.Contains(errb.String(), want) {
-			if time.Now().After(deadline) {
-				t.Fatalf("the program never said %q:\n%s", want, errb.String())
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
+	h := startHeldFailover(t, e, "busy")
+	a, b, cmd, out, errb, goOn, ready, said := h.a, h.b, h.cmd, h.out, h.errb, h.goOn, h.ready, h.said
 	a.cmd.Process.Signal(syscall.SIGKILL)
 	a.cmd.Wait()
 	a2 := e.serveNamed("a", "unix")
@@ -292,18 +306,12 @@ func TestRemoteFailoverTwoSteps(t *testing.T) {
 func TestRemoteFailoverChangingState(t *testing.T) {
 	e := newEnv(t)
 	local := runsLocally(t, e, []string{"mover", "6"}, "done")
-	a, b := e.serveNamed("a", "unix"), e.serveNamed("b", "unix")
-	prefix := []string{bin("flexgv"), "run", "--remote", a.addr, "--failover", b.addr, "--checkpoint-every", "1ms", "--"}
-	cmd, out, errb, goOn := startHeldAt(t, e, "2,4", prefix, append(e.environ(""), "FLEXGV_REMOTE_LOG=errors"), "busy,grow")
+	h := startHeldFailover(t, e, "busy,grow")
+	a, b, cmd, out, errb, goOn := h.a, h.b, h.cmd, h.out, h.errb, h.goOn
 	// Held before step 2, with the checkpoints due at every call.
-	want := "(in one step, after 3 in two steps the program's changes undid;"
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(errb.String(), want); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no checkpoint said %q:\n%s", want, errb.String())
-		}
-	}
+	h.said("(in one step, after 3 in two steps the program's changes undid;")
 	os.WriteFile(goOn, nil, 0o644)
-	heldAgain(t, goOn, filepath.Join(e.dir, "ready"), errb)
+	heldAgain(t, goOn, h.ready, errb)
 	a.cmd.Process.Signal(syscall.SIGKILL)
 	a.cmd.Wait()
 	os.WriteFile(goOn, nil, 0o644)
