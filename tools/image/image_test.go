@@ -79,7 +79,7 @@ func TestImageRunsAndIsReproducible(t *testing.T) {
 	// Again from copies of the files, made now, in another folder: the same
 	// image, whatever the files' times and the folder.
 	copied := filepath.Join(dir, "copy")
-	for _, f := range []string{"bin/flexgv", "lib/libflexgv.so", "remote/libcuda.so.1", "remote/libnvidia-ml.so.1", "remote/flexgv-executor"} {
+	for _, f := range append([]string{"bin/flexgv", "lib/libflexgv.so"}, inRemote()...) {
 		data, err := os.ReadFile(filepath.Join(build, f))
 		if err != nil {
 			t.Fatal(err)
@@ -119,9 +119,11 @@ func TestImageRunsAndIsReproducible(t *testing.T) {
 		t.Errorf("the image's entrypoint is %q, its environment %q; want /usr/local/bin/flexgv and FLEXGV_SHIM=/usr/local/lib/libflexgv.so", cfg.Entrypoint, cfg.Env)
 	}
 	// FlexGV's files, where the CLI and the chart look for them.
-	for in, src := range map[string]string{"/usr/local/bin/flexgv": "bin/flexgv", "/usr/local/lib/libflexgv.so": "lib/libflexgv.so",
-		"/usr/local/remote/libcuda.so.1": "remote/libcuda.so.1", "/usr/local/remote/libnvidia-ml.so.1": "remote/libnvidia-ml.so.1",
-		"/usr/local/remote/flexgv-executor": "remote/flexgv-executor"} {
+	files := map[string]string{"/usr/local/bin/flexgv": "bin/flexgv", "/usr/local/lib/libflexgv.so": "lib/libflexgv.so"}
+	for _, f := range inRemote() {
+		files["/usr/local/"+f] = f
+	}
+	for in, src := range files {
 		got, err := os.ReadFile(filepath.Join(rootfs, in))
 		want, _ := os.ReadFile(filepath.Join(build, src))
 		if err != nil || !bytes.Equal(got, want) {
@@ -223,7 +225,7 @@ func TestImageRefusesAnIncompleteBuild(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(partial, "bin", "flexgv"), []byte("#!/bin/sh\necho unknown command \"$1\" >&2; exit 1\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	for _, f := range []string{"lib/libflexgv.so", "remote/libcuda.so.1", "remote/libnvidia-ml.so.1", "remote/flexgv-executor"} {
+	for _, f := range append([]string{"lib/libflexgv.so"}, inRemote()...) {
 		data, _ := os.ReadFile(filepath.Join(build, f))
 		if err := os.MkdirAll(filepath.Dir(filepath.Join(partial, f)), 0o755); err != nil {
 			t.Fatal(err)
@@ -263,4 +265,13 @@ func TestImageLayersAreOrdered(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Errorf("the layer holds %q; want %q", got, want)
 	}
+}
+
+// inRemote are the remote files' paths under the build folder.
+func inRemote() []string {
+	var out []string
+	for _, n := range remoteFiles {
+		out = append(out, "remote/"+n)
+	}
+	return out
 }

@@ -49,6 +49,10 @@ const (
 	remoteDir = "/usr/local/remote"
 )
 
+// remoteFiles are the remote path's files in build/remote, put in
+// remoteDir: the executor, and the libraries a remote pod is given.
+var remoteFiles = []string{"libcuda.so.1", "libnvidia-ml.so.1", "libnvcuvid.so.1", "flexgv-executor"}
+
 // tools are the commands of the node DaemonSet's init container, which
 // copies the shim to the node: found on this machine's PATH, put in /bin.
 var tools = []string{"sh", "cp", "mv", "mkdir"}
@@ -102,7 +106,7 @@ func run(build, out, tag, rootfs string) (v1.Hash, error) {
 		cliPath:  {filepath.Join(build, "bin", "flexgv"), 0o755},
 		shimPath: {filepath.Join(build, "lib", "libflexgv.so"), 0o755},
 	}
-	for _, n := range []string{"libcuda.so.1", "libnvidia-ml.so.1", "flexgv-executor"} {
+	for _, n := range remoteFiles {
 		flexgv[path.Join(remoteDir, n)] = file{filepath.Join(build, "remote", n), 0o755}
 	}
 	for p, f := range flexgv {

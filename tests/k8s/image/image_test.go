@@ -210,11 +210,12 @@ func checkInstalled(t *testing.T, rootfs string, objs []*unstructured.Unstructur
 				}
 			}
 			if p, ok := strings.CutPrefix(a, "--remote-lib="); ok {
-				want[p+"/libcuda.so.1"] = "/usr/local/remote/libcuda.so.1"
-				want[p+"/libnvidia-ml.so.1"] = "/usr/local/remote/libnvidia-ml.so.1"
+				for _, lib := range []string{"libcuda.so.1", "libnvidia-ml.so.1", "libnvcuvid.so.1"} {
+					want[p+"/"+lib] = "/usr/local/remote/" + lib
+				}
 			}
 		}
-		if len(want) != map[bool]int{false: 1, true: 3}[remote] {
+		if len(want) != map[bool]int{false: 1, true: 4}[remote] {
 			t.Fatalf("the node daemon runs with %q; want --shim, and --remote-lib with remote vGPUs", args)
 		}
 		for node, img := range want {
