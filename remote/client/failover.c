@@ -380,6 +380,10 @@ static void paused(unsigned ms)
 /* Checkpoints are taken in two steps where they can be (ahead.c). */
 static struct fgr_ahead ahead = {.conn = {.fd = -1}};
 static unsigned changed; /* two-step checkpoints in a row the structure changed under */
+/* Attempts in two steps before one: FGR_AHEAD_TRIES, one after a checkpoint
+ * that all of them failed (a program changing its structure all the time
+ * then pays for one attempt a checkpoint, not for all). */
+static unsigned tries = FGR_AHEAD_TRIES;
 
 /* The server was lost during a checkpoint, whose calls found it so: the
  * program went on elsewhere, and what the checkpoint made (for the server
@@ -405,6 +409,7 @@ void fgr_checkpoint(void)
             return;
         if (r > 0) {
             changed = 0;
+            tries = FGR_AHEAD_TRIES;
             taken(ahead.conn, &ahead.m, 2, 0);
         } else if (r < 0) {
             changed++; /* what the program made meanwhile: taken again now */
@@ -414,7 +419,7 @@ void fgr_checkpoint(void)
         }
         return;
     }
-    if (have_standby && changed < FGR_AHEAD_TRIES) {
+    if (have_standby && changed < tries) {
         int r = fgr_ahead_start(&ahead, to, why, sizeof why);
         paused(ahead.pause);
         if (overtaken(before, NULL))
@@ -424,6 +429,7 @@ void fgr_checkpoint(void)
         return;
     }
     unsigned undone = changed;
+    tries = undone ? 1 : FGR_AHEAD_TRIES;
     changed = 0;
     struct fgr_conn_saved made;
     struct fgr_remade m;

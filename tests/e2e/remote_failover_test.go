@@ -301,8 +301,9 @@ func TestRemoteFailoverTwoSteps(t *testing.T) {
 
 // Checkpoints of a program that changes its state between any two of its
 // calls that wait (an event made and destroyed around each, while held):
-// each is tried three times in two steps, undone each time, then taken in
-// one; the program goes on from one when its server dies.
+// the first is tried three times in two steps, undone each time, then taken
+// in one, the next tried once; the program goes on from one when its server
+// dies.
 func TestRemoteFailoverChangingState(t *testing.T) {
 	e := newEnv(t)
 	local := runsLocally(t, e, []string{"mover", "6"}, "done")
@@ -310,6 +311,8 @@ func TestRemoteFailoverChangingState(t *testing.T) {
 	a, b, cmd, out, errb, goOn := h.a, h.b, h.cmd, h.out, h.errb, h.goOn
 	// Held before step 2, with the checkpoints due at every call.
 	h.said("(in one step, after 3 in two steps the program's changes undid;")
+	// Then one attempt each, as long as none succeeds.
+	h.said("(in one step, after 1 in two steps the program's changes undid;")
 	os.WriteFile(goOn, nil, 0o644)
 	heldAgain(t, goOn, h.ready, errb)
 	a.cmd.Process.Signal(syscall.SIGKILL)
