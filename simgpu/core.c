@@ -515,10 +515,12 @@ SIM_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, u
         return CUDA_ERROR_INVALID_VALUE;
     for (int i = 0; params && i < params->numExecAffinityParams; i++) {
         const CUexecAffinityParam *a = &params->execAffinityParams[i];
-        if (a->type != CU_EXEC_AFFINITY_TYPE_SM_COUNT || !a->param.smCount.val)
+        if (a->type != CU_EXEC_AFFINITY_TYPE_SM_COUNT)
             return CUDA_ERROR_INVALID_VALUE;
-        if (!sim_mps_client())
+        if (!sim_mps_client()) /* before the count, as the H200's driver */
             return CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY;
+        if (!a->param.smCount.val)
+            return CUDA_ERROR_INVALID_VALUE;
     }
     return ctx_create(pctx, flags, dev);
 }

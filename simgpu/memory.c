@@ -1559,6 +1559,17 @@ static int valid_range(CUdeviceptr p, size_t n)
 
 int sim_valid_range(CUdeviceptr p, size_t n) { return valid_range(p, n); }
 
+/* Whether p is in memory of a pool of host memory (the H200's driver
+ * refuses it as a copy down's device source). */
+static int in_host_pool(const void *p)
+{
+    pthread_mutex_lock(&sim_mem_lock);
+    struct alloc *a = registry_find((uintptr_t)p);
+    int host = a && a->kind == K_POOL && a->dev < 0;
+    pthread_mutex_unlock(&sim_mem_lock);
+    return host;
+}
+
 enum { SYNC, ASYNC };
 
 static CUresult copy(void *dst, const void *src, size_t n, int dev_dst, int dev_src, CUstream s, int async, int pt)
@@ -1568,7 +1579,7 @@ static CUresult copy(void *dst, const void *src, size_t n, int dev_dst, int dev_
     if (r)
         return r;
     if ((dev_dst && !valid_range((CUdeviceptr)(uintptr_t)dst, n)) ||
-        (dev_src && !valid_range((CUdeviceptr)(uintptr_t)src, n)))
+        (dev_src && !valid_range((CUdeviceptr)(uintptr_t)src, n)) || (dev_src && !dev_dst && in_host_pool(src)))
         return CUDA_ERROR_INVALID_VALUE;
     struct sim_stream *st = sim_stream_of(c, s, pt);
     if (!st)

@@ -230,8 +230,8 @@ func TestPoolAllocationsChargedToThePoolsDevice(t *testing.T) {
 func TestHostPoolsNotChargedToTheGPU(t *testing.T) {
 	e := quotaEnv(t)
 	r := e.run("flexgv", "run", "--mem", "1GiB", "--", bin("families"), "hostpool", "2048")
-	for _, want := range []string{"the host's current pool: CUDA_SUCCESS, host memory, read back\n",
-		"a pool of host memory made: CUDA_SUCCESS, host memory, read back\n",
+	for _, want := range []string{"the host's current pool: CUDA_SUCCESS, host memory, read back; a copy down: CUDA_ERROR_INVALID_VALUE\n",
+		"a pool of host memory made: CUDA_SUCCESS, host memory, read back; a copy down: CUDA_ERROR_INVALID_VALUE\n",
 		"the device's pool: CUDA_ERROR_OUT_OF_MEMORY\n"} {
 		if r.code != 0 || !strings.Contains(r.stdout, want) {
 			t.Errorf("--mem 1GiB, 2 GiB from each pool: exit %d, want %q\n%s%s", r.code, want, r.stdout, r.stderr)

@@ -255,8 +255,8 @@ func TestRemoteExportsEverySpecEntry(t *testing.T) {
 func TestRemoteHostPools(t *testing.T) {
 	e := newEnv(t)
 	local := e.run("families", "hostpool")
-	for _, want := range []string{"the host's current pool: CUDA_SUCCESS, host memory, read back\n",
-		"a pool of host memory made: CUDA_SUCCESS, host memory, read back\n"} {
+	for _, want := range []string{"the host's current pool: CUDA_SUCCESS, host memory, read back; a copy down: CUDA_ERROR_INVALID_VALUE\n",
+		"a pool of host memory made: CUDA_SUCCESS, host memory, read back; a copy down: CUDA_ERROR_INVALID_VALUE\n"} {
 		if local.code != 0 || !strings.Contains(local.stdout, want) {
 			t.Fatalf("locally: exit %d, want %q\n%s%s", local.code, want, local.stdout, local.stderr)
 		}
