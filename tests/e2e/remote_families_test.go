@@ -24,6 +24,7 @@ func TestRemoteFamiliesMatchLocal(t *testing.T) {
 	// What the driver refuses, as the simulated GPU (and the client, from
 	// the same code) refuses it.
 	for _, want := range []string{
+		"cuCtxCreate_v4 with 0 SMs: CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY device -1\n", // outside MPS, whatever the count (H200)
 		"cuFuncGetName: vecadd, the same string again: 1\n",
 		"module functions: 4: vecadd (as looked up) fill empty busy\n",
 		"copy batch: down[1] 7 down[255] 249, the legacy stream: CUDA_ERROR_INVALID_VALUE, an attribute past the batch: CUDA_ERROR_INVALID_VALUE\n",
