@@ -205,8 +205,8 @@ static void move_ended(int moved, struct fgr_conn_saved *made, const struct fgr_
         /* Attempts in two steps the program's calls changed the state under. */
         char again[96] = "";
         if (moving_tries > 1 && steps == 2)
-            snprintf(again, sizeof again, ", the state made there again: the program changed it under %u before",
-                     moving_tries - 1);
+            snprintf(again, sizeof again, ", at attempt %u as the program changed its state under the earlier",
+                     moving_tries);
         else if (moving_tries > 1)
             snprintf(again, sizeof again, "in one step: the program changed its state under %u in two steps;",
                      moving_tries);
