@@ -393,37 +393,38 @@ enum fgr_op {
     FGR_OP_fgrGraphConditionalNodeGetParams = 384,
     FGR_OP_fgrGraphConditionalNodeSetParams = 385,
     FGR_OP_cuGraphExecUpdate_v2 = 386,
-    FGR_OP_cuGraphExecChildGraphNodeSetParams = 387,
-    FGR_OP_fgrUserObjectCreate = 388,
-    FGR_OP_cuUserObjectRetain = 389,
-    FGR_OP_cuUserObjectRelease = 390,
-    FGR_OP_cuGraphRetainUserObject = 391,
-    FGR_OP_cuGraphReleaseUserObject = 392,
-    FGR_OP_cuDeviceGetDevResource = 393,
-    FGR_OP_cuCtxGetDevResource = 394,
-    FGR_OP_cuGreenCtxGetDevResource = 395,
-    FGR_OP_cuDevSmResourceSplitByCount = 396,
-    FGR_OP_cuDevResourceGenerateDesc = 397,
-    FGR_OP_cuGreenCtxRecordEvent = 398,
-    FGR_OP_cuGreenCtxWaitEvent = 399,
-    FGR_OP_cuGreenCtxStreamCreate = 400,
-    FGR_OP_cuStreamGetGreenCtx = 401,
-    FGR_OP_cuGreenCtxGetId = 402,
-    FGR_OP_cuMemSetMemPool = 403,
-    FGR_OP_xt_ctx = 404,
-    FGR_OP_xt_ctx_39 = 405,
-    FGR_OP_xt_ctx_51 = 406,
-    FGR_OP_xt_simA = 407,
-    FGR_OP_xt_simA_1 = 408,
-    FGR_OP_xt_simA_2 = 409,
-    FGR_OP_xt_simA_7 = 410,
-    FGR_OP_xt_simB = 411,
-    FGR_OP_xt_simB_1 = 412,
-    FGR_OP_xt_simB_2 = 413,
-    FGR_NUM_OPS = 414
+    FGR_OP_fgrGraphDot = 387,
+    FGR_OP_cuGraphExecChildGraphNodeSetParams = 388,
+    FGR_OP_fgrUserObjectCreate = 389,
+    FGR_OP_cuUserObjectRetain = 390,
+    FGR_OP_cuUserObjectRelease = 391,
+    FGR_OP_cuGraphRetainUserObject = 392,
+    FGR_OP_cuGraphReleaseUserObject = 393,
+    FGR_OP_cuDeviceGetDevResource = 394,
+    FGR_OP_cuCtxGetDevResource = 395,
+    FGR_OP_cuGreenCtxGetDevResource = 396,
+    FGR_OP_cuDevSmResourceSplitByCount = 397,
+    FGR_OP_cuDevResourceGenerateDesc = 398,
+    FGR_OP_cuGreenCtxRecordEvent = 399,
+    FGR_OP_cuGreenCtxWaitEvent = 400,
+    FGR_OP_cuGreenCtxStreamCreate = 401,
+    FGR_OP_cuStreamGetGreenCtx = 402,
+    FGR_OP_cuGreenCtxGetId = 403,
+    FGR_OP_cuMemSetMemPool = 404,
+    FGR_OP_xt_ctx = 405,
+    FGR_OP_xt_ctx_39 = 406,
+    FGR_OP_xt_ctx_51 = 407,
+    FGR_OP_xt_simA = 408,
+    FGR_OP_xt_simA_1 = 409,
+    FGR_OP_xt_simA_2 = 410,
+    FGR_OP_xt_simA_7 = 411,
+    FGR_OP_xt_simB = 412,
+    FGR_OP_xt_simB_1 = 413,
+    FGR_OP_xt_simB_2 = 414,
+    FGR_NUM_OPS = 415
 };
 
-#define FGR_OPS_HASH 0x02116fb775758826ULL
+#define FGR_OPS_HASH 0x20c460d4cc6d5013ULL
 
 /* The project's own operations (the driver's entry points the shim does
  * not hook are declared in flexgv/cuda_api_gen.h). */
@@ -498,6 +499,7 @@ CUresult fgrGraphHostRead(CUevent done, CUdeviceptr src, void *dst, size_t bytes
 CUresult fgrGraphAddConditionalNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphConditionalHandle handle, unsigned int type, unsigned int size, CUcontext ctx, CUgraph *bodies);
 CUresult fgrGraphConditionalNodeGetParams(CUgraphNode hNode, CUgraphConditionalHandle *handle, unsigned int *type, unsigned int *size, CUcontext *ctx, CUgraph *bodies, unsigned int cap);
 CUresult fgrGraphConditionalNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphConditionalHandle handle, unsigned int type, unsigned int size, CUcontext ctx);
+CUresult fgrGraphDot(CUgraph hGraph, unsigned int flags, char *text, size_t cap, size_t *n);
 CUresult fgrUserObjectCreate(CUuserObject *object_out, unsigned long long id, unsigned int initialRefcount, unsigned int flags);
 
 /* Forwarders of the wrap entries, called by their hand-written exports. */

@@ -1,5 +1,6 @@
 /* Frame encoding and decoding shared by the client and the executor. */
 #include "wire.h"
+#include "flexgv/pointer_attrs.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -240,33 +241,10 @@ uint64_t fgr_mempool_attr_bytes(int attr)
     return FGR_MAX_BUF + 1;
 }
 
-/* The bytes cuPointerGetAttribute writes for an attribute (public driver
- * API reference); too many for one it does not know, which refuses it. */
+/* The bytes cuPointerGetAttribute writes for an attribute; too many for
+ * one it does not know, which refuses it. */
 uint64_t fgr_pointer_attr_bytes(int attr)
 {
-    switch (attr) {
-    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
-    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
-    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-    case 10: /* IS_LEGACY_CUDA_IPC_CAPABLE */
-    case 13: /* MAPPED */
-    case 15: /* IS_GPU_DIRECT_RDMA_CAPABLE */
-    case 16: /* ACCESS_FLAGS */
-        return sizeof(int);
-    case CU_POINTER_ATTRIBUTE_CONTEXT:
-    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
-    case CU_POINTER_ATTRIBUTE_HOST_POINTER:
-    case CU_POINTER_ATTRIBUTE_BUFFER_ID:
-    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-    case 14: /* ALLOWED_HANDLE_TYPES */
-    case 18: /* MAPPING_SIZE */
-    case 19: /* MAPPING_BASE_ADDR */
-    case 20: /* MEMORY_BLOCK_ID */
-        return sizeof(uint64_t);
-    case 5: /* P2P_TOKENS: two 64-bit tokens */
-        return 2 * sizeof(uint64_t);
-    }
-    return FGR_MAX_BUF + 1;
+    size_t n = fg_pointer_attr_size(attr);
+    return n ? n : FGR_MAX_BUF + 1;
 }

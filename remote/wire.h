@@ -83,6 +83,8 @@ enum { FGR_IMAGE_ABSENT, FGR_IMAGE_INLINE, FGR_IMAGE_KEEP, FGR_IMAGE_BY_HASH };
 /* The longest function name (a mangled one, with its NUL) a client asks
  * for. */
 #define FGR_NAME_MAX 4096u
+/* The longest graph print (cuGraphDebugDotPrint) the client is given. */
+#define FGR_DOT_MAX (64u << 20)
 /* Kernel parameters: the driver's limit is 32764 bytes in all. */
 #define FGR_MAX_KPARAM_BYTES 32768u
 #define FGR_MAX_KPARAMS 4096u
@@ -110,7 +112,7 @@ enum { FGR_IMAGE_ABSENT, FGR_IMAGE_INLINE, FGR_IMAGE_KEEP, FGR_IMAGE_BY_HASH };
  * start with these, then the device ranges to copy (u32 count, {u64 base,
  * u64 size} each). */
 #define FGR_STATE_MAGIC 0x53524746u /* "FGRS" */
-#define FGR_STATE_VERSION 2u /* 2: the names' table */
+#define FGR_STATE_VERSION 3u /* 2: the names' table; 3: pointer-like names */
 #define FGR_MAX_TICKETS 32
 /* Dynamic shared memory sizes per block size that cuOccupancyMaxPotentialBlockSize
  * carries (block sizes 1 to 1024). */
@@ -120,11 +122,14 @@ enum { FGR_IMAGE_ABSENT, FGR_IMAGE_INLINE, FGR_IMAGE_KEEP, FGR_IMAGE_BY_HASH };
 #define FGR_STAGE_PT 1u
 #define FGR_STAGE_SYNC 2u
 #define FGR_REP_HDR 4u
-/* Streams and events the client names before the server made them carry
- * this in their top 16 bits (no user-space pointer does). */
-#define FGR_SHADOW_TAG 0xf5ad000000000000ull
-#define FGR_SHADOW_MASK 0xffff000000000000ull
-static inline int fgr_is_shadow(uint64_t v) { return (v & FGR_SHADOW_MASK) == FGR_SHADOW_TAG; }
+/* Every handle a program is given looks like the driver's: a user-space
+ * pointer, below 2^47 and 16-byte aligned (programs keep handles in
+ * signed integers, test them for > 0, or tag their low bits). The
+ * executor's names lie below 2^46 (own.c); streams and events the client
+ * names before the server made them (shadow handles) lie in [2^46, 2^47). */
+#define FGR_SHADOW_TAG (1ull << 46)
+#define FGR_SHADOW_COUNT (1ull << 42) /* shadow handles, 16 bytes apart */
+static inline int fgr_is_shadow(uint64_t v) { return v >> 46 == 1 && !(v & 15); }
 /* A 64-bit sum of n bytes, four words at a time in four lanes (not
  * cryptographic: the bytes are the program's own, compared with
  * themselves). */

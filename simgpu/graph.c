@@ -37,6 +37,7 @@
 #include "sim.h"
 #include "flexgv/graph_v1.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -504,6 +505,44 @@ SIM_EXPORT CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *
         nodes[i] = i < k ? (CUgraphNode)g->nodes[i] : NULL;
     *numNodes = k;
     return CUDA_SUCCESS;
+}
+
+/* The graph in Graphviz's language, as the driver writes it for debugging:
+ * a node per node, a kernel's labelled with its function's name (verbose
+ * flags: with its launch's shape), an edge per dependency. */
+SIM_EXPORT CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsigned int flags)
+{
+    static const char *const kinds[] = {"KERNEL", "MEMCPY", "MEMSET", "HOST", "GRAPH", "EMPTY", "WAIT_EVENT",
+                                        "EVENT_RECORD", "EXT_SEMAS_SIGNAL", "EXT_SEMAS_WAIT", "MEM_ALLOC",
+                                        "MEM_FREE", "BATCH_MEM_OP", "CONDITIONAL"};
+    struct sim_graph *g = as_graph(hGraph);
+    if (!g || !path)
+        return CUDA_ERROR_INVALID_VALUE;
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return CUDA_ERROR_OPERATING_SYSTEM;
+    fprintf(f, "digraph dot {\n");
+    for (size_t i = 0; i < g->n; i++) {
+        const struct sim_node *n = g->nodes[i];
+        unsigned t = (unsigned)n->type;
+        fprintf(f, "\"node_%zu\" [label=\"%s", i, t < sizeof kinds / sizeof kinds[0] ? kinds[t] : "NODE");
+        const char *name;
+        if (n->type == CU_GRAPH_NODE_TYPE_KERNEL && cuFuncGetName(&name, (CUfunction)n->u.kernel.f) == CUDA_SUCCESS) {
+            fprintf(f, "\\n%s", name);
+            const CUDA_KERNEL_NODE_PARAMS *k = &n->u.kernel.p;
+            if (flags)
+                fprintf(f, "\\ngrid (%u, %u, %u) block (%u, %u, %u) shared %u", k->gridDimX, k->gridDimY, k->gridDimZ,
+                        k->blockDimX, k->blockDimY, k->blockDimZ, k->sharedMemBytes);
+        }
+        fprintf(f, "\"];\n");
+    }
+    for (size_t i = 0; i < g->n; i++)
+        for (size_t d = 0; d < g->nodes[i]->ndeps; d++)
+            for (size_t j = 0; j < g->n; j++)
+                if (g->nodes[j] == g->nodes[i]->deps[d])
+                    fprintf(f, "\"node_%zu\" -> \"node_%zu\";\n", j, i);
+    fprintf(f, "}\n");
+    return fclose(f) == 0 ? CUDA_SUCCESS : CUDA_ERROR_OPERATING_SYSTEM;
 }
 
 SIM_EXPORT CUresult cuGraphNodeGetType(CUgraphNode hNode, CUgraphNodeType *type)

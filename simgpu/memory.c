@@ -3,6 +3,7 @@
  * out-of-memory is real across processes). Graph allocations are in
  * graph.c; their addresses are registered here. */
 #include "sim.h"
+#include "flexgv/pointer_attrs.h"
 #include "flexgv/memcpy3d_peer.h"
 #include "flexgv/memcpy_batch.h"
 #include "flexgv/memcpy3d_batch.h"
@@ -54,6 +55,7 @@ struct alloc {
     int shared; /* exported (cuIpcGetMemHandle): the memfd behind it, plus 1 */
     unsigned sync_memops; /* CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, as set */
     unsigned host_flags;  /* pinned host memory's cuMemHostAlloc flags */
+    uint64_t id;          /* CU_POINTER_ATTRIBUTE_BUFFER_ID, given by registry_add */
 };
 
 pthread_mutex_t sim_mem_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -80,6 +82,8 @@ static size_t lower_bound(uintptr_t base)
 
 static int registry_add(struct alloc a)
 {
+    static uint64_t ids;
+    a.id = ++ids;
     if (nallocs == capallocs) {
         size_t cap = capallocs ? capallocs * 2 : 64;
         struct alloc *n = realloc(allocs, cap * sizeof *n);
@@ -114,7 +118,7 @@ static void registry_remove(struct alloc *a)
 
 int sim_registry_add_graph(uintptr_t base, size_t size, int dev, struct sim_gmem *m)
 {
-    return registry_add((struct alloc){base, size, dev, K_GRAPH, NULL, NULL, m, 0, {0}, 0, 0, 0});
+    return registry_add((struct alloc){base, size, dev, K_GRAPH, NULL, NULL, m, 0, {0}, 0, 0, 0, 0});
 }
 
 void sim_registry_del(uintptr_t base)
@@ -171,7 +175,7 @@ static CUresult alloc_on(CUdeviceptr *dptr, size_t size, enum alloc_kind kind, i
         return CUDA_ERROR_OUT_OF_MEMORY;
     void *p = backing(size);
     pthread_mutex_lock(&sim_mem_lock);
-    if (!p || registry_add((struct alloc){(uintptr_t)p, size, dev, kind, c, NULL, NULL, charged, {0}, 0, 0, 0}) != 0) {
+    if (!p || registry_add((struct alloc){(uintptr_t)p, size, dev, kind, c, NULL, NULL, charged, {0}, 0, 0, 0, 0}) != 0) {
         pthread_mutex_unlock(&sim_mem_lock);
         if (p)
             munmap(p, size);
@@ -511,7 +515,7 @@ static CUresult host_alloc(void **pp, size_t size, unsigned flags)
     if (!p)
         return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&sim_mem_lock);
-    int rc = registry_add((struct alloc){(uintptr_t)p, size, 0, K_HOST, NULL, NULL, NULL, 0, {0}, 0, 0, flags});
+    int rc = registry_add((struct alloc){(uintptr_t)p, size, 0, K_HOST, sim_current_ctx(), NULL, NULL, 0, {0}, 0, 0, flags, 0});
     pthread_mutex_unlock(&sim_mem_lock);
     if (rc) {
         munmap(p, size);
@@ -577,7 +581,7 @@ SIM_EXPORT CUresult cuMemHostRegister_v2(void *p, size_t bytesize, unsigned int 
             pthread_mutex_unlock(&sim_mem_lock);
             return CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED;
         }
-    int rc = registry_add((struct alloc){b, bytesize, 0, K_REGISTERED, NULL, NULL, NULL, 0, {0}, 0, 0, 0});
+    int rc = registry_add((struct alloc){b, bytesize, 0, K_REGISTERED, sim_current_ctx(), NULL, NULL, 0, {0}, 0, 0, 0, 0});
     pthread_mutex_unlock(&sim_mem_lock);
     return rc ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_SUCCESS;
 }
@@ -700,7 +704,7 @@ static CUresult pool_alloc(CUdeviceptr *dptr, size_t size, struct sim_pool *pool
             pool->reserved_high = pool->reserved;
     }
     void *p = backing(size);
-    if (!p || registry_add((struct alloc){(uintptr_t)p, size, pool->dev, K_POOL, c, pool, NULL, 0, {0}, 0, 0, 0}) != 0) {
+    if (!p || registry_add((struct alloc){(uintptr_t)p, size, pool->dev, K_POOL, c, pool, NULL, 0, {0}, 0, 0, 0, 0}) != 0) {
         if (p)
             munmap(p, size);
         pthread_mutex_unlock(&sim_mem_lock);
@@ -1433,7 +1437,7 @@ static CUresult array_create(void **out, const CUDA_ARRAY3D_DESCRIPTOR *d, unsig
         a = array_new(d, c->dev);
     }
     pthread_mutex_lock(&sim_mem_lock);
-    if (!a || registry_add((struct alloc){(uintptr_t)a, bytes, c->dev, K_ARRAY, c, NULL, NULL, charged, {0}, 0, 0, 0}) != 0) {
+    if (!a || registry_add((struct alloc){(uintptr_t)a, bytes, c->dev, K_ARRAY, c, NULL, NULL, charged, {0}, 0, 0, 0, 0}) != 0) {
         pthread_mutex_unlock(&sim_mem_lock);
         if (a) {
             a->levels = mip ? levels : 0;
@@ -2012,6 +2016,9 @@ SET2D_ASYNC(cuMemsetD2D32Async_ptsz, unsigned int, 4, 1)
 
 /* What a driver says of memory it allocated; INVALID_VALUE for memory it
  * does not know, NOT_SUPPORTED for what the simulated GPU does not model. */
+/* What the driver answers of memory it knows (flexgv/pointer_attrs.h):
+ * pinned host memory and registered ranges are host memory, device, pool
+ * and managed memory device memory. */
 SIM_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
 {
     if (!data)
@@ -2022,37 +2029,26 @@ SIM_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attrib
     /* Memory mapped by pages: device memory, the mapping its range. */
     for (struct mapping *m = mappings; !a && m; m = m->next)
         if ((uintptr_t)ptr >= m->ptr && (uintptr_t)ptr < m->ptr + m->size) {
-            found = (struct alloc){m->ptr, m->size, m->h->dev, K_DEVICE, NULL, NULL, NULL, 0, {0}, 0, 0, 0};
+            found = (struct alloc){m->ptr, m->size, m->h->dev, K_DEVICE, NULL, NULL, NULL, 0, {0}, 0, 0, 0, m->ptr};
             a = &found;
         }
     pthread_mutex_unlock(&sim_mem_lock);
     if (!a || found.kind == K_ARRAY)
         return CUDA_ERROR_INVALID_VALUE;
-    switch ((int)attribute) {
-    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
-        *(unsigned *)data = found.kind == K_HOST || found.kind == K_REGISTERED || found.dev < 0 ? CU_MEMORYTYPE_HOST
-                                                                                                 : CU_MEMORYTYPE_DEVICE;
-        return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
-        *(CUdeviceptr *)data = ptr;
-        return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_IS_MANAGED:
-        *(unsigned *)data = found.kind == K_MANAGED;
-        return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL:
-        *(int *)data = found.dev;
-        return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-        *(CUdeviceptr *)data = found.base;
-        return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-        *(size_t *)data = found.size;
-        return CUDA_SUCCESS;
-    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
-        *(unsigned *)data = found.sync_memops;
-        return CUDA_SUCCESS;
-    }
-    return CUDA_ERROR_NOT_SUPPORTED;
+    struct fg_pointer_facts f = {
+        .ctx = found.pool ? NULL : (CUcontext)found.ctx,
+        .pool = (CUmemoryPool)found.pool,
+        .base = found.base,
+        .size = found.size,
+        .id = found.id,
+        .mapping = found.kind == K_REGISTERED ? found.size : found.pool ? 32u << 20 : 2u << 20,
+        .dev = found.dev < 0 ? 0 : found.dev,
+        .host = found.kind == K_HOST || found.kind == K_REGISTERED || found.dev < 0,
+        .managed = found.kind == K_MANAGED,
+        .device = found.kind == K_DEVICE || found.kind == K_OPENED,
+        .sync_memops = found.sync_memops,
+    };
+    return fg_pointer_attr(attribute, data, ptr, &f);
 }
 
 /* The one attribute a program may set: synchronous memory operations on
@@ -2077,18 +2073,24 @@ SIM_EXPORT CUresult cuPointerSetAttribute(const void *value, CUpointer_attribute
     return r;
 }
 
+/* Every attribute at once: of memory it knows, what one lacks reads as
+ * zeroes; of memory it does not, the driver's defaults. */
 SIM_EXPORT CUresult cuPointerGetAttributes(unsigned int n, CUpointer_attribute *attributes, void **data, CUdeviceptr ptr)
 {
     if (n && (!attributes || !data))
         return CUDA_ERROR_INVALID_VALUE;
+    unsigned type;
+    int known = cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ptr) == CUDA_SUCCESS;
     for (unsigned i = 0; i < n; i++) {
+        if (!data[i] || !fg_pointer_attr_size(attributes[i]))
+            return CUDA_ERROR_INVALID_VALUE;
+        if (!known) {
+            fg_pointer_attr_unknown(attributes[i], data[i], ptr);
+            continue;
+        }
         CUresult r = cuPointerGetAttribute(data[i], attributes[i], ptr);
-        if (r == CUDA_ERROR_INVALID_VALUE && data[i]) /* memory it does not know: zeroes */
-            memset(data[i], 0, attributes[i] == CU_POINTER_ATTRIBUTE_MEMORY_TYPE ||
-                                       attributes[i] == CU_POINTER_ATTRIBUTE_IS_MANAGED ||
-                                       attributes[i] == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL
-                                   ? sizeof(int)
-                                   : sizeof(uint64_t));
+        if (r == CUDA_ERROR_INVALID_VALUE)
+            memset(data[i], 0, fg_pointer_attr_size(attributes[i]));
         else if (r != CUDA_SUCCESS)
             return r;
     }
@@ -2175,7 +2177,7 @@ SIM_EXPORT CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle han
     if (p == MAP_FAILED)
         return CUDA_ERROR_OUT_OF_MEMORY;
     pthread_mutex_lock(&sim_mem_lock);
-    int rc = registry_add((struct alloc){(uintptr_t)p, h.size, h.dev, K_OPENED, c, NULL, NULL, 0, {0}, 0, 0, 0});
+    int rc = registry_add((struct alloc){(uintptr_t)p, h.size, h.dev, K_OPENED, c, NULL, NULL, 0, {0}, 0, 0, 0, 0});
     pthread_mutex_unlock(&sim_mem_lock);
     if (rc != 0) {
         munmap(p, h.size);

@@ -393,12 +393,16 @@ FGR_EXPORT CUresult cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, C
 }
 
 /* What the driver says of cuMemAlloc memory, where memory mapped by pages
- * would differ: the allocation's context, its own range and identity. The
- * rest (its device, its type) the server's driver answers. */
+ * would differ: the allocation's context, its own range and identity,
+ * legacy IPC (which the arena carries) and no handle types. The rest (its
+ * device, its type; GPUDirect RDMA and decompression, which a remote
+ * program does not have) the server's driver answers. */
 FGR_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attribute, CUdeviceptr ptr)
 {
-    if (!in_range(ptr))
-        return fgr_fwd_cuPointerGetAttribute(data, attribute, ptr);
+    if (!in_range(ptr)) { /* the program's pinned memory is its own: answered here */
+        CUresult r = fgr_own_pointer_attr(data, (int)attribute, ptr, CUDA_ERROR_NOT_FOUND);
+        return r == CUDA_ERROR_NOT_FOUND ? fgr_fwd_cuPointerGetAttribute(data, attribute, ptr) : r;
+    }
     pthread_mutex_lock(&lock);
     struct alloc *a;
     int i = find(ptr, &a);
@@ -425,6 +429,12 @@ FGR_EXPORT CUresult cuPointerGetAttribute(void *data, CUpointer_attribute attrib
         return CUDA_SUCCESS;
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS:
         *(unsigned int *)data = got.sync_memops;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: /* (the arena's side of IPC carries it) */
+        *(unsigned int *)data = 1;
+        return CUDA_SUCCESS;
+    case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES: /* the program asked for none */
+        *(unsigned long long *)data = 0;
         return CUDA_SUCCESS;
     }
     return fgr_fwd_cuPointerGetAttribute(data, attribute, ptr);

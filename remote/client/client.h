@@ -172,6 +172,15 @@ extern int fgr_nheld;
 int fgr_pinned_hold(void *p, size_t n, int registered);
 int fgr_pinned_release(void *p, int registered);
 CUresult fgr_pinned_promote(uint64_t p);
+/* Whether p lies in a range the program registered (its start, size and
+ * BUFFER_ID then in *base, *n, *id). */
+int fgr_pinned_registered(uint64_t p, uint64_t *base, uint64_t *n, uint64_t *id);
+/* A BUFFER_ID for memory the client holds alone: one the driver's never is. */
+uint64_t fgr_buffer_id(void);
+/* A pointer attribute of the program's own pinned memory (local.c), as the
+ * driver answers it of an allocation made or registered in the program:
+ * its answer, or none when ptr lies in none. */
+CUresult fgr_own_pointer_attr(void *data, int attribute, CUdeviceptr ptr, CUresult none);
 static inline void fgr_mirror_named(uint64_t p)
 {
     if (__atomic_load_n(&fgr_nheld, __ATOMIC_RELAXED))

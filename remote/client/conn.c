@@ -1540,7 +1540,7 @@ CUresult fgr_end(struct fgr_call *c)
 uint64_t fgr_shadow_new(void)
 {
     static uint64_t n;
-    return FGR_SHADOW_TAG | (__atomic_add_fetch(&n, 1, __ATOMIC_RELAXED) & ~FGR_SHADOW_MASK);
+    return FGR_SHADOW_TAG | (__atomic_add_fetch(&n, 1, __ATOMIC_RELAXED) % FGR_SHADOW_COUNT) << 4;
 }
 
 static unsigned char *said; /* per unsupported entry point: said once */

@@ -5,6 +5,7 @@
 #include "../sha256.h"
 #include "flexgv/atomic_caps.h"
 #include "flexgv/devprop.h"
+#include "flexgv/pointer_attrs.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -348,6 +349,7 @@ static struct pinned_flags {
     uintptr_t base;
     size_t bytes;
     unsigned int flags;
+    uint64_t id; /* its BUFFER_ID */
 } *pinned;
 static size_t npinned, cappinned;
 
@@ -367,7 +369,7 @@ static CUresult host_alloc(void **pp, size_t bytes, unsigned int flags)
         }
     }
     if (ok)
-        pinned[npinned++] = (struct pinned_flags){(uintptr_t)*pp, bytes, flags};
+        pinned[npinned++] = (struct pinned_flags){(uintptr_t)*pp, bytes, flags, fgr_buffer_id()};
     pthread_mutex_unlock(&pinned_mu);
     if (!ok) {
         cuMemFreeHost(*pp);
@@ -512,6 +514,45 @@ FGR_EXPORT CUresult cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
     uint64_t id = fgr_capture_ending(hStream, 1);
     CUresult r = end_capture(fgr_fwd_cuStreamEndCapture_ptsz(hStream, phGraph), phGraph);
     fgr_capture_ended(id, r, phGraph);
+    return r;
+}
+
+/* ---- graph prints ---- */
+
+/* The server's driver prints the graph; its text goes into the program's
+ * file, which is here, not on the server. */
+FGR_EXPORT CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsigned int flags)
+{
+    NEED_INIT();
+    if (!path)
+        return CUDA_ERROR_INVALID_VALUE;
+    size_t cap = 64u << 10, n = 0;
+    char *text = NULL;
+    CUresult r;
+    for (;;) { /* (again with room for all of it when it did not fit) */
+        char *more = realloc(text, cap);
+        if (!more) {
+            free(text);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+        text = more;
+        r = fgrGraphDot(hGraph, flags, text, cap, &n);
+        if (r != CUDA_SUCCESS || n <= cap)
+            break;
+        if (n > FGR_DOT_MAX) {
+            free(text);
+            return fgr_unsupported(-1, "cuGraphDebugDotPrint", "a print of more than 64 MiB");
+        }
+        cap = n;
+    }
+    if (r == CUDA_SUCCESS) {
+        FILE *f = fopen(path, "w");
+        if (!f || fwrite(text, 1, n, f) != n)
+            r = CUDA_ERROR_OPERATING_SYSTEM;
+        if (f && fclose(f) != 0)
+            r = CUDA_ERROR_OPERATING_SYSTEM;
+    }
+    free(text);
     return r;
 }
 
@@ -841,25 +882,68 @@ FGR_EXPORT CUresult cuMemRangeGetAttributes(void **data, size_t *dataSizes, CUme
 
 /* ---- pointer attributes ---- */
 
-/* Each attribute in turn; one the server cannot answer for this pointer
- * reads as zeroes, as the driver's plural call does for memory it does
- * not know. */
+/* Memory the server does not know (or the client's own pinned memory)
+ * gets the driver's answers for memory it does not know; of memory it
+ * knows, what one lacks reads as zeroes (flexgv/pointer_attrs.h). */
 FGR_EXPORT CUresult cuPointerGetAttributes(unsigned int numAttributes, CUpointer_attribute *attributes, void **data,
                                            CUdeviceptr ptr)
 {
     if (numAttributes && (!attributes || !data))
         return CUDA_ERROR_INVALID_VALUE;
-    for (unsigned i = 0; i < numAttributes; i++) {
-        uint64_t n = fgr_pointer_attr_bytes(attributes[i]);
-        if (n > FGR_MAX_BUF || !data[i])
+    for (unsigned i = 0; i < numAttributes; i++)
+        if (!data[i] || !fg_pointer_attr_size(attributes[i]))
             return CUDA_ERROR_INVALID_VALUE;
-        CUresult r = cuPointerGetAttribute(data[i], attributes[i], ptr);
-        if (r == CUDA_ERROR_INVALID_VALUE)
-            memset(data[i], 0, (size_t)n);
-        else if (r != CUDA_SUCCESS)
-            return r;
+    unsigned type;
+    CUresult r = cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ptr);
+    if (r != CUDA_SUCCESS && r != CUDA_ERROR_INVALID_VALUE)
+        return r;
+    for (unsigned i = 0; i < numAttributes; i++) {
+        if (r != CUDA_SUCCESS) {
+            fg_pointer_attr_unknown(attributes[i], data[i], ptr);
+            continue;
+        }
+        CUresult ri = attributes[i] == CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+                          ? (memcpy(data[i], &type, sizeof type), CUDA_SUCCESS)
+                          : cuPointerGetAttribute(data[i], attributes[i], ptr);
+        if (ri == CUDA_ERROR_INVALID_VALUE)
+            memset(data[i], 0, fg_pointer_attr_size(attributes[i]));
+        else if (ri != CUDA_SUCCESS)
+            return ri;
     }
     return CUDA_SUCCESS;
+}
+
+uint64_t fgr_buffer_id(void)
+{
+    static uint64_t n;
+    return 1ull << 62 | __atomic_add_fetch(&n, 1, __ATOMIC_RELAXED);
+}
+
+/* As the driver answers of cuMemAllocHost's memory and registered ranges
+ * (both host memory at the same address for the device), in the current
+ * context. */
+CUresult fgr_own_pointer_attr(void *data, int attribute, CUdeviceptr ptr, CUresult none)
+{
+    struct fg_pointer_facts f = {.host = 1, .mapping = 2u << 20};
+    pthread_mutex_lock(&pinned_mu);
+    long i = pinned_find((uintptr_t)ptr);
+    if (i >= 0) {
+        f.base = pinned[i].base;
+        f.size = pinned[i].bytes;
+        f.id = pinned[i].id;
+    }
+    pthread_mutex_unlock(&pinned_mu);
+    if (i < 0 && !fgr_pinned_registered(ptr, &f.base, &f.size, &f.id))
+        return none;
+    if (i < 0)
+        f.mapping = f.size; /* a registered range is its own mapping */
+    if (!data)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUdevice dev;
+    if (cuCtxGetCurrent(&f.ctx) == CUDA_SUCCESS && f.ctx && attribute == CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL &&
+        cuCtxGetDevice(&dev) == CUDA_SUCCESS)
+        f.dev = dev;
+    return fg_pointer_attr(attribute, data, ptr, &f);
 }
 
 /* ---- module and library options (remote/options.h) ---- */

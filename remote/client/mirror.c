@@ -122,6 +122,7 @@ static struct held {
     int registered;
     int fate; /* on connection gen: PROMOTED, REFUSED, or 0 (not named yet) */
     unsigned gen;
+    uint64_t id; /* its BUFFER_ID (a registered range's) */
 } *held;
 int fgr_nheld; /* read without the lock on every call naming device memory: atomically */
 static int capheld;
@@ -409,11 +410,26 @@ int fgr_pinned_hold(void *p, size_t n, int registered)
             held = h, capheld = more;
     }
     if (ok) {
-        held[fgr_nheld] = (struct held){(uintptr_t)p, n, registered, 0, 0};
+        held[fgr_nheld] = (struct held){(uintptr_t)p, n, registered, 0, 0, registered ? fgr_buffer_id() : 0};
         __atomic_store_n(&fgr_nheld, fgr_nheld + 1, __ATOMIC_RELEASE);
     }
     unlock_mirrors();
     return ok;
+}
+
+int fgr_pinned_registered(uint64_t p, uint64_t *base, uint64_t *n, uint64_t *id)
+{
+    int found = 0;
+    lock_mirrors();
+    for (int i = 0; i < fgr_nheld && !found; i++)
+        if (held[i].registered && p - held[i].addr < held[i].n) {
+            *base = held[i].addr;
+            *n = held[i].n;
+            *id = held[i].id;
+            found = 1;
+        }
+    unlock_mirrors();
+    return found;
 }
 
 /* Forgets the pinned memory at p (made alone, or registered), and the

@@ -6688,12 +6688,26 @@ CUresult fgr_fwd_cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CU
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuGraphDebugDotPrint(CUgraph hGraph, const char *path, unsigned int flags)
+FGR_EXPORT CUresult fgrGraphDot(CUgraph hGraph, unsigned int flags, char *text, size_t cap, size_t *n)
 {
-    (void)hGraph;
-    (void)path;
-    (void)flags;
-    return fgr_unsupported(11, "cuGraphDebugDotPrint", "it writes a file by its path, which would be the server's");
+    CUresult fgr_r;
+    uint64_t n_text = text ? fgr_mul((uint64_t)(fgr_min(cap,FGR_DOT_MAX)), sizeof(char)) : 0;
+    if (n_text > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrGraphDot", "a buffer over the frame limit");
+    uint64_t n_n = n ? sizeof(size_t) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrGraphDot, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    fgr_put_u64(&fgr_c.w, (uint64_t)cap);
+    fgr_put_u8(&fgr_c.w, text != NULL);
+    fgr_put_u8(&fgr_c.w, n != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, text, n_text, 0);
+    fgr_get_out(&fgr_c, n, n_n, 0);
+    return fgr_end(&fgr_c);
 }
 
 CUresult fgr_fwd_cuGraphExecChildGraphNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraph childGraph)
@@ -6784,507 +6798,507 @@ FGR_EXPORT CUresult cuGraphReleaseUserObject(CUgraph graph, CUuserObject object,
 
 FGR_EXPORT CUresult cuIpcOpenMemHandle(void)
 {
-    return fgr_unsupported(12, "cuIpcOpenMemHandle", "the CUDA 4 ABI of opening an IPC handle: _v2 is carried");
+    return fgr_unsupported(11, "cuIpcOpenMemHandle", "the CUDA 4 ABI of opening an IPC handle: _v2 is carried");
 }
 
 FGR_EXPORT CUresult cuMemcpyDtoDAsync(void)
 {
-    return fgr_unsupported(13, "cuMemcpyDtoDAsync", "the CUDA 3.0 ABI of 32-bit addresses and sizes: _v2 is carried");
+    return fgr_unsupported(12, "cuMemcpyDtoDAsync", "the CUDA 3.0 ABI of 32-bit addresses and sizes: _v2 is carried");
 }
 
 FGR_EXPORT CUresult cuGraphicsResourceSetMapFlags(void)
 {
-    return fgr_unsupported(14, "cuGraphicsResourceSetMapFlags", "graphics resources come only from graphics interop, which is not carried (none is made)");
+    return fgr_unsupported(13, "cuGraphicsResourceSetMapFlags", "graphics resources come only from graphics interop, which is not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuGLCtxCreate_v2(void)
 {
-    return fgr_unsupported(15, "cuGLCtxCreate_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(14, "cuGLCtxCreate_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGLGetDevices_v2(void)
 {
-    return fgr_unsupported(16, "cuGLGetDevices_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(15, "cuGLGetDevices_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGLInit(void)
 {
-    return fgr_unsupported(17, "cuGLInit", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(16, "cuGLInit", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuWGLGetDevice(void)
 {
-    return fgr_unsupported(18, "cuWGLGetDevice", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(17, "cuWGLGetDevice", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGLMapBufferObjectAsync_v2(void)
 {
-    return fgr_unsupported(19, "cuGLMapBufferObjectAsync_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(18, "cuGLMapBufferObjectAsync_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGLMapBufferObject_v2(void)
 {
-    return fgr_unsupported(20, "cuGLMapBufferObject_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(19, "cuGLMapBufferObject_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGLRegisterBufferObject(void)
 {
-    return fgr_unsupported(21, "cuGLRegisterBufferObject", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(20, "cuGLRegisterBufferObject", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGLSetBufferObjectMapFlags(void)
 {
-    return fgr_unsupported(22, "cuGLSetBufferObjectMapFlags", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(21, "cuGLSetBufferObjectMapFlags", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGLUnmapBufferObject(void)
 {
-    return fgr_unsupported(23, "cuGLUnmapBufferObject", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(22, "cuGLUnmapBufferObject", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGLUnmapBufferObjectAsync(void)
 {
-    return fgr_unsupported(24, "cuGLUnmapBufferObjectAsync", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(23, "cuGLUnmapBufferObjectAsync", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGLUnregisterBufferObject(void)
 {
-    return fgr_unsupported(25, "cuGLUnregisterBufferObject", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(24, "cuGLUnregisterBufferObject", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGraphicsGLRegisterBuffer(void)
 {
-    return fgr_unsupported(26, "cuGraphicsGLRegisterBuffer", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(25, "cuGraphicsGLRegisterBuffer", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGraphicsGLRegisterImage(void)
 {
-    return fgr_unsupported(27, "cuGraphicsGLRegisterImage", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(26, "cuGraphicsGLRegisterImage", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGraphicsEGLRegisterImage(void)
 {
-    return fgr_unsupported(28, "cuGraphicsEGLRegisterImage", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(27, "cuGraphicsEGLRegisterImage", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamConsumerAcquireFrame(void)
 {
-    return fgr_unsupported(29, "cuEGLStreamConsumerAcquireFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(28, "cuEGLStreamConsumerAcquireFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamConsumerConnect(void)
 {
-    return fgr_unsupported(30, "cuEGLStreamConsumerConnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(29, "cuEGLStreamConsumerConnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamConsumerConnectWithFlags(void)
 {
-    return fgr_unsupported(31, "cuEGLStreamConsumerConnectWithFlags", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(30, "cuEGLStreamConsumerConnectWithFlags", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamConsumerDisconnect(void)
 {
-    return fgr_unsupported(32, "cuEGLStreamConsumerDisconnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(31, "cuEGLStreamConsumerDisconnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamConsumerReleaseFrame(void)
 {
-    return fgr_unsupported(33, "cuEGLStreamConsumerReleaseFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(32, "cuEGLStreamConsumerReleaseFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamProducerConnect(void)
 {
-    return fgr_unsupported(34, "cuEGLStreamProducerConnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(33, "cuEGLStreamProducerConnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamProducerDisconnect(void)
 {
-    return fgr_unsupported(35, "cuEGLStreamProducerDisconnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(34, "cuEGLStreamProducerDisconnect", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamProducerPresentFrame(void)
 {
-    return fgr_unsupported(36, "cuEGLStreamProducerPresentFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(35, "cuEGLStreamProducerPresentFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEGLStreamProducerReturnFrame(void)
 {
-    return fgr_unsupported(37, "cuEGLStreamProducerReturnFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(36, "cuEGLStreamProducerReturnFrame", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuEventCreateFromEGLSync(void)
 {
-    return fgr_unsupported(38, "cuEventCreateFromEGLSync", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(37, "cuEventCreateFromEGLSync", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGraphicsVDPAURegisterOutputSurface(void)
 {
-    return fgr_unsupported(39, "cuGraphicsVDPAURegisterOutputSurface", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(38, "cuGraphicsVDPAURegisterOutputSurface", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGraphicsVDPAURegisterVideoSurface(void)
 {
-    return fgr_unsupported(40, "cuGraphicsVDPAURegisterVideoSurface", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(39, "cuGraphicsVDPAURegisterVideoSurface", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuVDPAUCtxCreate_v2(void)
 {
-    return fgr_unsupported(41, "cuVDPAUCtxCreate_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(40, "cuVDPAUCtxCreate_v2", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuVDPAUGetDevice(void)
 {
-    return fgr_unsupported(42, "cuVDPAUGetDevice", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
+    return fgr_unsupported(41, "cuVDPAUGetDevice", "graphics interop maps the program's own GL, EGL or VDPAU objects, which live on its host: a GPU on another host cannot");
 }
 
 FGR_EXPORT CUresult cuGraphicsMapResources(void)
 {
-    return fgr_unsupported(43, "cuGraphicsMapResources", "graphics resources come only from graphics interop, which is not carried (none is made)");
+    return fgr_unsupported(42, "cuGraphicsMapResources", "graphics resources come only from graphics interop, which is not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuGraphicsResourceGetMappedEglFrame(void)
 {
-    return fgr_unsupported(44, "cuGraphicsResourceGetMappedEglFrame", "graphics resources come only from graphics interop, which is not carried (none is made)");
+    return fgr_unsupported(43, "cuGraphicsResourceGetMappedEglFrame", "graphics resources come only from graphics interop, which is not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuGraphicsResourceGetMappedMipmappedArray(void)
 {
-    return fgr_unsupported(45, "cuGraphicsResourceGetMappedMipmappedArray", "graphics resources come only from graphics interop, which is not carried (none is made)");
+    return fgr_unsupported(44, "cuGraphicsResourceGetMappedMipmappedArray", "graphics resources come only from graphics interop, which is not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuGraphicsResourceGetMappedPointer_v2(void)
 {
-    return fgr_unsupported(46, "cuGraphicsResourceGetMappedPointer_v2", "graphics resources come only from graphics interop, which is not carried (none is made)");
+    return fgr_unsupported(45, "cuGraphicsResourceGetMappedPointer_v2", "graphics resources come only from graphics interop, which is not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuGraphicsResourceSetMapFlags_v2(void)
 {
-    return fgr_unsupported(47, "cuGraphicsResourceSetMapFlags_v2", "graphics resources come only from graphics interop, which is not carried (none is made)");
+    return fgr_unsupported(46, "cuGraphicsResourceSetMapFlags_v2", "graphics resources come only from graphics interop, which is not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuGraphicsSubResourceGetMappedArray(void)
 {
-    return fgr_unsupported(48, "cuGraphicsSubResourceGetMappedArray", "graphics resources come only from graphics interop, which is not carried (none is made)");
+    return fgr_unsupported(47, "cuGraphicsSubResourceGetMappedArray", "graphics resources come only from graphics interop, which is not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuGraphicsUnmapResources(void)
 {
-    return fgr_unsupported(49, "cuGraphicsUnmapResources", "graphics resources come only from graphics interop, which is not carried (none is made)");
+    return fgr_unsupported(48, "cuGraphicsUnmapResources", "graphics resources come only from graphics interop, which is not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuGraphicsUnregisterResource(void)
 {
-    return fgr_unsupported(50, "cuGraphicsUnregisterResource", "graphics resources come only from graphics interop, which is not carried (none is made)");
+    return fgr_unsupported(49, "cuGraphicsUnregisterResource", "graphics resources come only from graphics interop, which is not carried (none is made)");
 }
 
 FGR_EXPORT CUresult cuImportExternalMemory(void)
 {
-    return fgr_unsupported(51, "cuImportExternalMemory", "it imports an OS handle of the program's host (a file descriptor, a Vulkan or NvSci object), which the server's driver cannot open");
+    return fgr_unsupported(50, "cuImportExternalMemory", "it imports an OS handle of the program's host (a file descriptor, a Vulkan or NvSci object), which the server's driver cannot open");
 }
 
 FGR_EXPORT CUresult cuImportExternalSemaphore(void)
 {
-    return fgr_unsupported(52, "cuImportExternalSemaphore", "it imports an OS handle of the program's host (a file descriptor, a Vulkan or NvSci object), which the server's driver cannot open");
+    return fgr_unsupported(51, "cuImportExternalSemaphore", "it imports an OS handle of the program's host (a file descriptor, a Vulkan or NvSci object), which the server's driver cannot open");
 }
 
 FGR_EXPORT CUresult cuDeviceGetNvSciSyncAttributes(void)
 {
-    return fgr_unsupported(53, "cuDeviceGetNvSciSyncAttributes", "it imports an OS handle of the program's host (a file descriptor, a Vulkan or NvSci object), which the server's driver cannot open");
+    return fgr_unsupported(52, "cuDeviceGetNvSciSyncAttributes", "it imports an OS handle of the program's host (a file descriptor, a Vulkan or NvSci object), which the server's driver cannot open");
 }
 
 FGR_EXPORT CUresult cuDestroyExternalMemory(void)
 {
-    return fgr_unsupported(54, "cuDestroyExternalMemory", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(53, "cuDestroyExternalMemory", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuDestroyExternalSemaphore(void)
 {
-    return fgr_unsupported(55, "cuDestroyExternalSemaphore", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(54, "cuDestroyExternalSemaphore", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuExternalMemoryGetMappedBuffer(void)
 {
-    return fgr_unsupported(56, "cuExternalMemoryGetMappedBuffer", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(55, "cuExternalMemoryGetMappedBuffer", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuExternalMemoryGetMappedMipmappedArray(void)
 {
-    return fgr_unsupported(57, "cuExternalMemoryGetMappedMipmappedArray", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(56, "cuExternalMemoryGetMappedMipmappedArray", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuSignalExternalSemaphoresAsync(void)
 {
-    return fgr_unsupported(58, "cuSignalExternalSemaphoresAsync", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(57, "cuSignalExternalSemaphoresAsync", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuWaitExternalSemaphoresAsync(void)
 {
-    return fgr_unsupported(59, "cuWaitExternalSemaphoresAsync", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(58, "cuWaitExternalSemaphoresAsync", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuGraphAddExternalSemaphoresSignalNode(void)
 {
-    return fgr_unsupported(60, "cuGraphAddExternalSemaphoresSignalNode", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(59, "cuGraphAddExternalSemaphoresSignalNode", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuGraphAddExternalSemaphoresWaitNode(void)
 {
-    return fgr_unsupported(61, "cuGraphAddExternalSemaphoresWaitNode", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(60, "cuGraphAddExternalSemaphoresWaitNode", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuGraphExecExternalSemaphoresSignalNodeSetParams(void)
 {
-    return fgr_unsupported(62, "cuGraphExecExternalSemaphoresSignalNodeSetParams", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(61, "cuGraphExecExternalSemaphoresSignalNodeSetParams", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuGraphExecExternalSemaphoresWaitNodeSetParams(void)
 {
-    return fgr_unsupported(63, "cuGraphExecExternalSemaphoresWaitNodeSetParams", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(62, "cuGraphExecExternalSemaphoresWaitNodeSetParams", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuGraphExternalSemaphoresSignalNodeGetParams(void)
 {
-    return fgr_unsupported(64, "cuGraphExternalSemaphoresSignalNodeGetParams", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(63, "cuGraphExternalSemaphoresSignalNodeGetParams", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuGraphExternalSemaphoresSignalNodeSetParams(void)
 {
-    return fgr_unsupported(65, "cuGraphExternalSemaphoresSignalNodeSetParams", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(64, "cuGraphExternalSemaphoresSignalNodeSetParams", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuGraphExternalSemaphoresWaitNodeGetParams(void)
 {
-    return fgr_unsupported(66, "cuGraphExternalSemaphoresWaitNodeGetParams", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(65, "cuGraphExternalSemaphoresWaitNodeGetParams", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuGraphExternalSemaphoresWaitNodeSetParams(void)
 {
-    return fgr_unsupported(67, "cuGraphExternalSemaphoresWaitNodeSetParams", "external memory and semaphores are not carried (none is imported)");
+    return fgr_unsupported(66, "cuGraphExternalSemaphoresWaitNodeSetParams", "external memory and semaphores are not carried (none is imported)");
 }
 
 FGR_EXPORT CUresult cuModuleGetTexRef(void)
 {
-    return fgr_unsupported(68, "cuModuleGetTexRef", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(67, "cuModuleGetTexRef", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuModuleGetSurfRef(void)
 {
-    return fgr_unsupported(69, "cuModuleGetSurfRef", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(68, "cuModuleGetSurfRef", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuParamSetTexRef(void)
 {
-    return fgr_unsupported(70, "cuParamSetTexRef", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(69, "cuParamSetTexRef", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuSurfRefGetArray(void)
 {
-    return fgr_unsupported(71, "cuSurfRefGetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(70, "cuSurfRefGetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuSurfRefSetArray(void)
 {
-    return fgr_unsupported(72, "cuSurfRefSetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(71, "cuSurfRefSetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefCreate(void)
 {
-    return fgr_unsupported(73, "cuTexRefCreate", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(72, "cuTexRefCreate", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefDestroy(void)
 {
-    return fgr_unsupported(74, "cuTexRefDestroy", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(73, "cuTexRefDestroy", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetAddressMode(void)
 {
-    return fgr_unsupported(75, "cuTexRefGetAddressMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(74, "cuTexRefGetAddressMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetAddress_v2(void)
 {
-    return fgr_unsupported(76, "cuTexRefGetAddress_v2", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(75, "cuTexRefGetAddress_v2", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetArray(void)
 {
-    return fgr_unsupported(77, "cuTexRefGetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(76, "cuTexRefGetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetBorderColor(void)
 {
-    return fgr_unsupported(78, "cuTexRefGetBorderColor", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(77, "cuTexRefGetBorderColor", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetFilterMode(void)
 {
-    return fgr_unsupported(79, "cuTexRefGetFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(78, "cuTexRefGetFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetFlags(void)
 {
-    return fgr_unsupported(80, "cuTexRefGetFlags", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(79, "cuTexRefGetFlags", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetFormat(void)
 {
-    return fgr_unsupported(81, "cuTexRefGetFormat", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(80, "cuTexRefGetFormat", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetMaxAnisotropy(void)
 {
-    return fgr_unsupported(82, "cuTexRefGetMaxAnisotropy", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(81, "cuTexRefGetMaxAnisotropy", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetMipmapFilterMode(void)
 {
-    return fgr_unsupported(83, "cuTexRefGetMipmapFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(82, "cuTexRefGetMipmapFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetMipmapLevelBias(void)
 {
-    return fgr_unsupported(84, "cuTexRefGetMipmapLevelBias", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(83, "cuTexRefGetMipmapLevelBias", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetMipmapLevelClamp(void)
 {
-    return fgr_unsupported(85, "cuTexRefGetMipmapLevelClamp", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(84, "cuTexRefGetMipmapLevelClamp", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefGetMipmappedArray(void)
 {
-    return fgr_unsupported(86, "cuTexRefGetMipmappedArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(85, "cuTexRefGetMipmappedArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetAddress2D_v3(void)
 {
-    return fgr_unsupported(87, "cuTexRefSetAddress2D_v3", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(86, "cuTexRefSetAddress2D_v3", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetAddressMode(void)
 {
-    return fgr_unsupported(88, "cuTexRefSetAddressMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(87, "cuTexRefSetAddressMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetAddress_v2(void)
 {
-    return fgr_unsupported(89, "cuTexRefSetAddress_v2", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(88, "cuTexRefSetAddress_v2", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetArray(void)
 {
-    return fgr_unsupported(90, "cuTexRefSetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(89, "cuTexRefSetArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetBorderColor(void)
 {
-    return fgr_unsupported(91, "cuTexRefSetBorderColor", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(90, "cuTexRefSetBorderColor", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetFilterMode(void)
 {
-    return fgr_unsupported(92, "cuTexRefSetFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(91, "cuTexRefSetFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetFlags(void)
 {
-    return fgr_unsupported(93, "cuTexRefSetFlags", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(92, "cuTexRefSetFlags", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetFormat(void)
 {
-    return fgr_unsupported(94, "cuTexRefSetFormat", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(93, "cuTexRefSetFormat", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetMaxAnisotropy(void)
 {
-    return fgr_unsupported(95, "cuTexRefSetMaxAnisotropy", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(94, "cuTexRefSetMaxAnisotropy", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetMipmapFilterMode(void)
 {
-    return fgr_unsupported(96, "cuTexRefSetMipmapFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(95, "cuTexRefSetMipmapFilterMode", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetMipmapLevelBias(void)
 {
-    return fgr_unsupported(97, "cuTexRefSetMipmapLevelBias", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(96, "cuTexRefSetMipmapLevelBias", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetMipmapLevelClamp(void)
 {
-    return fgr_unsupported(98, "cuTexRefSetMipmapLevelClamp", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(97, "cuTexRefSetMipmapLevelClamp", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuTexRefSetMipmappedArray(void)
 {
-    return fgr_unsupported(99, "cuTexRefSetMipmappedArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
+    return fgr_unsupported(98, "cuTexRefSetMipmappedArray", "a texture or surface reference, deprecated: the runtime has used texture and surface objects (carried) since CUDA 12");
 }
 
 FGR_EXPORT CUresult cuFuncSetBlockShape(void)
 {
-    return fgr_unsupported(100, "cuFuncSetBlockShape", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(99, "cuFuncSetBlockShape", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuFuncSetSharedSize(void)
 {
-    return fgr_unsupported(101, "cuFuncSetSharedSize", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(100, "cuFuncSetSharedSize", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuParamSetSize(void)
 {
-    return fgr_unsupported(102, "cuParamSetSize", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(101, "cuParamSetSize", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuParamSetf(void)
 {
-    return fgr_unsupported(103, "cuParamSetf", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(102, "cuParamSetf", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuParamSeti(void)
 {
-    return fgr_unsupported(104, "cuParamSeti", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(103, "cuParamSeti", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuParamSetv(void)
 {
-    return fgr_unsupported(105, "cuParamSetv", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(104, "cuParamSetv", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuLaunch(void)
 {
-    return fgr_unsupported(106, "cuLaunch", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(105, "cuLaunch", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuLaunchGrid(void)
 {
-    return fgr_unsupported(107, "cuLaunchGrid", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(106, "cuLaunchGrid", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuLaunchGridAsync(void)
 {
-    return fgr_unsupported(108, "cuLaunchGridAsync", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
+    return fgr_unsupported(107, "cuLaunchGridAsync", "the deprecated launch by parameters: cuLaunchKernel and cuLaunchKernelEx are carried");
 }
 
 FGR_EXPORT CUresult cuCtxAttach(void)
 {
-    return fgr_unsupported(109, "cuCtxAttach", "deprecated since CUDA 4: cuCtxPushCurrent and cuCtxPopCurrent are carried");
+    return fgr_unsupported(108, "cuCtxAttach", "deprecated since CUDA 4: cuCtxPushCurrent and cuCtxPopCurrent are carried");
 }
 
 FGR_EXPORT CUresult cuCtxDetach(void)
 {
-    return fgr_unsupported(110, "cuCtxDetach", "deprecated since CUDA 4: cuCtxPushCurrent and cuCtxPopCurrent are carried");
+    return fgr_unsupported(109, "cuCtxDetach", "deprecated since CUDA 4: cuCtxPushCurrent and cuCtxPopCurrent are carried");
 }
 
 FGR_EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(void)
 {
-    return fgr_unsupported(111, "cuLaunchCooperativeKernelMultiDevice", "removed from the runtime in CUDA 12: cuLaunchCooperativeKernel is carried, one launch per device");
+    return fgr_unsupported(110, "cuLaunchCooperativeKernelMultiDevice", "removed from the runtime in CUDA 12: cuLaunchCooperativeKernel is carried, one launch per device");
 }
 
 FGR_EXPORT CUresult cuProfilerInitialize(void)
 {
-    return fgr_unsupported(112, "cuProfilerInitialize", "deprecated since CUDA 11: cuProfilerStart and cuProfilerStop are carried");
+    return fgr_unsupported(111, "cuProfilerInitialize", "deprecated since CUDA 11: cuProfilerStart and cuProfilerStop are carried");
 }
 
 FGR_EXPORT CUresult cuDeviceGetDevResource(CUdevice device, CUdevResource *resource, CUdevResourceType type)
@@ -7455,157 +7469,157 @@ FGR_EXPORT CUresult cuGreenCtxGetId(CUgreenCtx greenCtx, unsigned long long *gre
 
 FGR_EXPORT CUresult cuLogsCurrent(void)
 {
-    return fgr_unsupported(113, "cuLogsCurrent", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
+    return fgr_unsupported(112, "cuLogsCurrent", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
 }
 
 FGR_EXPORT CUresult cuLogsDumpToFile(void)
 {
-    return fgr_unsupported(114, "cuLogsDumpToFile", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
+    return fgr_unsupported(113, "cuLogsDumpToFile", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
 }
 
 FGR_EXPORT CUresult cuLogsDumpToMemory(void)
 {
-    return fgr_unsupported(115, "cuLogsDumpToMemory", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
+    return fgr_unsupported(114, "cuLogsDumpToMemory", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
 }
 
 FGR_EXPORT CUresult cuLogsRegisterCallback(void)
 {
-    return fgr_unsupported(116, "cuLogsRegisterCallback", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
+    return fgr_unsupported(115, "cuLogsRegisterCallback", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
 }
 
 FGR_EXPORT CUresult cuLogsUnregisterCallback(void)
 {
-    return fgr_unsupported(117, "cuLogsUnregisterCallback", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
+    return fgr_unsupported(116, "cuLogsUnregisterCallback", "driver logs are written in the executor's process, on the server (FLEXGV_REMOTE_LOG shows the client's side)");
 }
 
 FGR_EXPORT CUresult cuCoredumpGetAttribute(void)
 {
-    return fgr_unsupported(118, "cuCoredumpGetAttribute", "GPU core dumps are written by the server's driver for the executor's process: set them there");
+    return fgr_unsupported(117, "cuCoredumpGetAttribute", "GPU core dumps are written by the server's driver for the executor's process: set them there");
 }
 
 FGR_EXPORT CUresult cuCoredumpGetAttributeGlobal(void)
 {
-    return fgr_unsupported(119, "cuCoredumpGetAttributeGlobal", "GPU core dumps are written by the server's driver for the executor's process: set them there");
+    return fgr_unsupported(118, "cuCoredumpGetAttributeGlobal", "GPU core dumps are written by the server's driver for the executor's process: set them there");
 }
 
 FGR_EXPORT CUresult cuCoredumpSetAttribute(void)
 {
-    return fgr_unsupported(120, "cuCoredumpSetAttribute", "GPU core dumps are written by the server's driver for the executor's process: set them there");
+    return fgr_unsupported(119, "cuCoredumpSetAttribute", "GPU core dumps are written by the server's driver for the executor's process: set them there");
 }
 
 FGR_EXPORT CUresult cuCoredumpSetAttributeGlobal(void)
 {
-    return fgr_unsupported(121, "cuCoredumpSetAttributeGlobal", "GPU core dumps are written by the server's driver for the executor's process: set them there");
+    return fgr_unsupported(120, "cuCoredumpSetAttributeGlobal", "GPU core dumps are written by the server's driver for the executor's process: set them there");
 }
 
 FGR_EXPORT CUresult cuDeviceRegisterAsyncNotification(void)
 {
-    return fgr_unsupported(122, "cuDeviceRegisterAsyncNotification", "the driver would call the program back from the server: asynchronous notifications are not carried");
+    return fgr_unsupported(121, "cuDeviceRegisterAsyncNotification", "the driver would call the program back from the server: asynchronous notifications are not carried");
 }
 
 FGR_EXPORT CUresult cuDeviceUnregisterAsyncNotification(void)
 {
-    return fgr_unsupported(123, "cuDeviceUnregisterAsyncNotification", "the driver would call the program back from the server: asynchronous notifications are not carried");
+    return fgr_unsupported(122, "cuDeviceUnregisterAsyncNotification", "the driver would call the program back from the server: asynchronous notifications are not carried");
 }
 
 FGR_EXPORT CUresult cuCheckpointProcessGetRestoreThreadId(void)
 {
-    return fgr_unsupported(124, "cuCheckpointProcessGetRestoreThreadId", "it names a process by its pid; a remote program's GPU state is its executor's, on the server (flexgv suspend acts on local tenants)");
+    return fgr_unsupported(123, "cuCheckpointProcessGetRestoreThreadId", "it names a process by its pid; a remote program's GPU state is its executor's, on the server (flexgv suspend acts on local tenants)");
 }
 
 FGR_EXPORT CUresult cuMemGetHandleForAddressRange(void)
 {
-    return fgr_unsupported(125, "cuMemGetHandleForAddressRange", "it returns a dma-buf file descriptor of the executor's process, which means nothing in the program's");
+    return fgr_unsupported(124, "cuMemGetHandleForAddressRange", "it returns a dma-buf file descriptor of the executor's process, which means nothing in the program's");
 }
 
 FGR_EXPORT CUresult cuLibraryGetUnifiedFunction(void)
 {
-    return fgr_unsupported(126, "cuLibraryGetUnifiedFunction", "a unified function's address is in the library's image on the server's host");
+    return fgr_unsupported(125, "cuLibraryGetUnifiedFunction", "a unified function's address is in the library's image on the server's host");
 }
 
 FGR_EXPORT CUresult cuFlushGPUDirectRDMAWrites(void)
 {
-    return fgr_unsupported(127, "cuFlushGPUDirectRDMAWrites", "GPUDirect RDMA writes come from the NICs of the GPU's own host: nothing of the program's reaches it that way");
+    return fgr_unsupported(126, "cuFlushGPUDirectRDMAWrites", "GPUDirect RDMA writes come from the NICs of the GPU's own host: nothing of the program's reaches it that way");
 }
 
 FGR_EXPORT CUresult cuDeviceGetLuid(void)
 {
-    return fgr_unsupported(128, "cuDeviceGetLuid", "a Windows (WDDM) adapter identifier: Linux drivers answer CUDA_ERROR_NOT_SUPPORTED too");
+    return fgr_unsupported(127, "cuDeviceGetLuid", "a Windows (WDDM) adapter identifier: Linux drivers answer CUDA_ERROR_NOT_SUPPORTED too");
 }
 
 FGR_EXPORT CUresult cuGraphAddBatchMemOpNode(void)
 {
-    return fgr_unsupported(129, "cuGraphAddBatchMemOpNode", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
+    return fgr_unsupported(128, "cuGraphAddBatchMemOpNode", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
 }
 
 FGR_EXPORT CUresult cuGraphBatchMemOpNodeGetParams(void)
 {
-    return fgr_unsupported(130, "cuGraphBatchMemOpNodeGetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
+    return fgr_unsupported(129, "cuGraphBatchMemOpNodeGetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
 }
 
 FGR_EXPORT CUresult cuGraphBatchMemOpNodeSetParams(void)
 {
-    return fgr_unsupported(131, "cuGraphBatchMemOpNodeSetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
+    return fgr_unsupported(130, "cuGraphBatchMemOpNodeSetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
 }
 
 FGR_EXPORT CUresult cuGraphExecBatchMemOpNodeSetParams(void)
 {
-    return fgr_unsupported(132, "cuGraphExecBatchMemOpNodeSetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
+    return fgr_unsupported(131, "cuGraphExecBatchMemOpNodeSetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
 }
 
 FGR_EXPORT CUresult cuMemPrefetchBatchAsync(void)
 {
-    return fgr_unsupported(133, "cuMemPrefetchBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
+    return fgr_unsupported(132, "cuMemPrefetchBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
 }
 
 FGR_EXPORT CUresult cuMemDiscardBatchAsync(void)
 {
-    return fgr_unsupported(134, "cuMemDiscardBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
+    return fgr_unsupported(133, "cuMemDiscardBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
 }
 
 FGR_EXPORT CUresult cuMemDiscardAndPrefetchBatchAsync(void)
 {
-    return fgr_unsupported(135, "cuMemDiscardAndPrefetchBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
+    return fgr_unsupported(134, "cuMemDiscardAndPrefetchBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
 }
 
 FGR_EXPORT CUresult cuMemBatchDecompressAsync(void)
 {
-    return fgr_unsupported(136, "cuMemBatchDecompressAsync", "the copy engines' decompression is not carried yet");
+    return fgr_unsupported(135, "cuMemBatchDecompressAsync", "the copy engines' decompression is not carried yet");
 }
 
 FGR_EXPORT CUresult cuArrayGetMemoryRequirements(void)
 {
-    return fgr_unsupported(137, "cuArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(136, "cuArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuArrayGetPlane(void)
 {
-    return fgr_unsupported(138, "cuArrayGetPlane", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(137, "cuArrayGetPlane", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuArrayGetSparseProperties(void)
 {
-    return fgr_unsupported(139, "cuArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(138, "cuArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuMipmappedArrayGetMemoryRequirements(void)
 {
-    return fgr_unsupported(140, "cuMipmappedArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(139, "cuMipmappedArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuMipmappedArrayGetSparseProperties(void)
 {
-    return fgr_unsupported(141, "cuMipmappedArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(140, "cuMipmappedArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuMemMapArrayAsync(void)
 {
-    return fgr_unsupported(142, "cuMemMapArrayAsync", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(141, "cuMemMapArrayAsync", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuTensorMapEncodeIm2colWide(void)
 {
-    return fgr_unsupported(143, "cuTensorMapEncodeIm2colWide", "the wide im2col tensor map is not carried yet: tiled and im2col tensor maps are");
+    return fgr_unsupported(142, "cuTensorMapEncodeIm2colWide", "the wide im2col tensor map is not carried yet: tiled and im2col tensor maps are");
 }
 
 FGR_EXPORT CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType type, CUmemoryPool pool)
@@ -7623,7 +7637,7 @@ FGR_EXPORT CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType
     return fgr_end(&fgr_c);
 }
 
-const int fgr_nunsupported = 144;
+const int fgr_nunsupported = 143;
 
 /* Each operation's entry point, for FLEXGV_REMOTE_LOG. */
 const char *const fgr_op_names[FGR_NUM_OPS] = {
@@ -8013,6 +8027,7 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_fgrGraphConditionalNodeGetParams] = "fgrGraphConditionalNodeGetParams",
     [FGR_OP_fgrGraphConditionalNodeSetParams] = "fgrGraphConditionalNodeSetParams",
     [FGR_OP_cuGraphExecUpdate_v2] = "cuGraphExecUpdate_v2",
+    [FGR_OP_fgrGraphDot] = "fgrGraphDot",
     [FGR_OP_cuGraphExecChildGraphNodeSetParams] = "cuGraphExecChildGraphNodeSetParams",
     [FGR_OP_fgrUserObjectCreate] = "fgrUserObjectCreate",
     [FGR_OP_cuUserObjectRetain] = "cuUserObjectRetain",
@@ -8613,6 +8628,7 @@ const struct fg_proc fgr_procs[] = {
     {"fgrGraphConditionalNodeSetParams", "fgrGraphConditionalNodeSetParams", 0, 0, (void *)fgrGraphConditionalNodeSetParams},
     {"cuGraphExecUpdate", "cuGraphExecUpdate_v2", 12000, 0, (void *)cuGraphExecUpdate_v2},
     {"cuGraphDebugDotPrint", "cuGraphDebugDotPrint", 11030, 0, (void *)cuGraphDebugDotPrint},
+    {"fgrGraphDot", "fgrGraphDot", 0, 0, (void *)fgrGraphDot},
     {"cuGraphExecChildGraphNodeSetParams", "cuGraphExecChildGraphNodeSetParams", 11010, 0, (void *)cuGraphExecChildGraphNodeSetParams},
     {"cuUserObjectCreate", "cuUserObjectCreate", 11030, 0, (void *)cuUserObjectCreate},
     {"fgrUserObjectCreate", "fgrUserObjectCreate", 0, 0, (void *)fgrUserObjectCreate},

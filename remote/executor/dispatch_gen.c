@@ -387,6 +387,7 @@ typedef CUresult (*pfn_fgrGraphAddConditionalNode)(CUgraphNode *phGraphNode, CUg
 typedef CUresult (*pfn_fgrGraphConditionalNodeGetParams)(CUgraphNode hNode, CUgraphConditionalHandle *handle, unsigned int *type, unsigned int *size, CUcontext *ctx, CUgraph *bodies, unsigned int cap);
 typedef CUresult (*pfn_fgrGraphConditionalNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphConditionalHandle handle, unsigned int type, unsigned int size, CUcontext ctx);
 typedef CUresult (*pfn_cuGraphExecUpdate_v2)(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo);
+typedef CUresult (*pfn_fgrGraphDot)(CUgraph hGraph, unsigned int flags, char *text, size_t cap, size_t *n);
 typedef CUresult (*pfn_cuGraphExecChildGraphNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraph childGraph);
 typedef CUresult (*pfn_fgrUserObjectCreate)(CUuserObject *object_out, unsigned long long id, unsigned int initialRefcount, unsigned int flags);
 typedef CUresult (*pfn_cuUserObjectRetain)(CUuserObject object, unsigned int count);
@@ -5316,7 +5317,9 @@ static CUresult op_cuPointerGetAttribute(struct fgr_rd *rd, struct fgr_req *q)
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuPointerGetAttribute)fgr_real[FGR_OP_cuPointerGetAttribute])(data, attribute, ptr);
     if (fgr_r == CUDA_SUCCESS) {
-        if ((attribute==CU_POINTER_ATTRIBUTE_CONTEXT) && fgr_out_n(FGR_H_CUcontext, data, 1) != 0)
+        if ((attribute==CU_POINTER_ATTRIBUTE_CONTEXT) && fgr_out_adopt(FGR_H_CUcontext, data) != 0)
+            fgr_r = CUDA_ERROR_INVALID_VALUE;
+        if ((attribute==CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE) && fgr_out_adopt(FGR_H_CUmemoryPool, data) != 0)
             fgr_r = CUDA_ERROR_INVALID_VALUE;
     }
     if (has_data)
@@ -8809,6 +8812,37 @@ static CUresult op_cuGraphExecUpdate_v2(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_fgrGraphDot(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    unsigned int flags = (unsigned int)fgr_get_u64(rd);
+    size_t cap = (size_t)fgr_get_u64(rd);
+    int has_text = fgr_get_u8(rd);
+    int has_n = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    char *text = NULL;
+    const uint64_t fgr_n_text = fgr_mul((uint64_t)(fgr_min(cap,FGR_DOT_MAX)), sizeof(char));
+    size_t *n = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("fgrGraphDot", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(!has_text || fgr_mul((uint64_t)(fgr_min(cap,FGR_DOT_MAX)), sizeof(char)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrGraphDot", "text", fgr_mul((uint64_t)(fgr_min(cap,FGR_DOT_MAX)), sizeof(char)), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_text && !(text = fgr_out(q, fgr_n_text)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_n && !(n = fgr_out(q, sizeof(size_t))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrGraphDot)fgr_real[FGR_OP_fgrGraphDot])(hGraph, flags, text, cap, n);
+    if (has_text)
+        fgr_reply_out(q, text, fgr_n_text, 0, fgr_r);
+    if (has_n)
+        fgr_reply_out(q, n, sizeof(size_t), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_cuGraphExecChildGraphNodeSetParams(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -9706,6 +9740,7 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_fgrGraphConditionalNodeGetParams] = {"fgrGraphConditionalNodeGetParams", op_fgrGraphConditionalNodeGetParams, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrGraphConditionalNodeSetParams] = {"fgrGraphConditionalNodeSetParams", op_fgrGraphConditionalNodeSetParams, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphExecUpdate_v2] = {"cuGraphExecUpdate_v2", op_cuGraphExecUpdate_v2, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrGraphDot] = {"fgrGraphDot", op_fgrGraphDot, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphExecChildGraphNodeSetParams] = {"cuGraphExecChildGraphNodeSetParams", op_cuGraphExecChildGraphNodeSetParams, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrUserObjectCreate] = {"fgrUserObjectCreate", op_fgrUserObjectCreate, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuUserObjectRetain] = {"cuUserObjectRetain", op_cuUserObjectRetain, 0, FGR_SMALL_FRAME},

@@ -295,6 +295,14 @@ uint64_t fgr_in(int kind, uint64_t v);
 void fgr_in_reset(void);
 void fgr_in_n(int kind, void *arr, uint64_t n);
 int fgr_out_n(int kind, void *arr, uint64_t n);
+/* fgr_out_n of one handle the driver answered of something the connection
+ * reaches (the pool a pointer's memory came from, the device's default
+ * one): recorded first, owned by nothing, when the connection was not
+ * given it yet. */
+int fgr_out_adopt(int kind, void *p);
+/* fgr_names_new_key fills the key names are enciphered with: 0, or -1 when no
+ * entropy could be had. */
+int fgr_names_new_key(uint32_t k[4]);
 /* Whether the connection's v is owned by a handle of kind okind. */
 int fgr_owned_by(int kind, uint64_t v, int okind);
 /* Forgets v and everything it owns. */
@@ -416,6 +424,14 @@ void fgr_move_poll(int (*write)(const void *, size_t));
  * reply frame. before: an error that answers the call without running it
  * (the arguments are then not read). NULL, or why the frame is malformed. */
 const char *fgr_serve(unsigned op, struct fgr_rd *rd, struct fgr_buf *w, CUresult before);
+/* The result a reply frame w answers. */
+CUresult fgr_reply_result(const struct fgr_buf *w);
+/* Makes a moved connection's request frame again (journal.c), as the
+ * executor serves it but for its answer, which only says whether it
+ * succeeded: only requests the journal keeps, in a context of the
+ * connection (made current with make_current where the call reaches the
+ * driver). */
+CUresult fgr_replay(const uint8_t *frame, uint32_t n, CUresult (*make_current)(CUcontext));
 /* (w is written with fgr_buf_write; what it refers to lives until the next
  * call of fgr_serve, or fgr_trim.) */
 /* Once w was written: gives back what the request owned, and the large

@@ -495,36 +495,9 @@ static int wait_parked(void)
     }
 }
 
-static CUresult reply_result(const struct fgr_buf *w)
-{
-    return (CUresult)((uint32_t)w->p[4] | (uint32_t)w->p[5] << 8 | (uint32_t)w->p[6] << 16 | (uint32_t)w->p[7] << 24);
-}
-
-/* Makes a moved connection's request again (journal.c), as serve_frame
- * serves it but for its answer, which only says whether it succeeded. */
 static CUresult replay(const uint8_t *frame, uint32_t n)
 {
-    static struct fgr_buf w;
-    struct fgr_rd rd = {frame, n, 0};
-    unsigned op = fgr_get_u16(&rd);
-    fgr_get_u16(&rd);
-    fgr_get_u32(&rd);
-    CUcontext ctx = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(&rd));
-    if (rd.bad || op == FGR_OP_HELLO || op >= FGR_NUM_OPS || !fgr_ops[op].fn || !fgr_journal_kept_op(op))
-        return CUDA_ERROR_INVALID_VALUE;
-    CUresult r = !fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx) ? CUDA_ERROR_INVALID_CONTEXT
-                 : fgr_real[op]                                      ? make_current(ctx)
-                                                                     : CUDA_SUCCESS;
-    fgr_ctx = (uint64_t)(uintptr_t)ctx;
-    fgr_current_op = op;
-    fgr_thread = 0;
-    fgr_may_pend = 0;
-    fgr_resume = fgr_parked = -1;
-    fgr_journal_begin(frame, n, op);
-    const char *bad = fgr_serve(op, &rd, &w, r);
-    r = bad ? CUDA_ERROR_INVALID_VALUE : reply_result(&w);
-    fgr_journal_end(r);
-    return r;
+    return fgr_replay(frame, n, make_current);
 }
 
 /* Serves one request frame (resume: the ticket it was parked on, or -1). */
@@ -559,14 +532,14 @@ static void serve_frame(uint8_t *body, uint32_t n, int resume)
     fgr_parked = -1;
     fgr_journal_begin(body, n, op);
     const char *bad = fgr_serve(op, &rd, &reply, r);
-    fgr_journal_end(bad ? CUDA_ERROR_INVALID_VALUE : reply_result(&reply));
+    fgr_journal_end(bad ? CUDA_ERROR_INVALID_VALUE : fgr_reply_result(&reply));
     fgr_may_pend = answer_now = 0;
     if (fgr_resume >= 0) /* refused before its wait: the ticket is spent */
         fgr_ticket_release(fgr_resume);
     fgr_resume = -1;
     if (bad)
         reject("%s (%s, %u bytes)", bad, fgr_ops[op].name, n);
-    r = reply_result(&reply);
+    r = fgr_reply_result(&reply);
     if (r == FGR_WAITING) {
         /* Kept, to be served again when its ticket ends. */
         parked.body = malloc(n);

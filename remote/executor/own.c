@@ -58,11 +58,14 @@ static struct name *names;
 static uint32_t nnames, capnames, freed = NO_NAME; /* freed: a free index, chained through v */
 static uint32_t key[4];
 
-/* A 64-bit permutation keyed by key: four Feistel rounds, each a
- * multiply-xorshift mix of one half with a round key. What it enciphers
- * holds no address, so it hides nothing but which index a name is; it makes
- * names of different executors unrelated and a made-up one fail to
- * decipher. */
+/* A permutation of 42-bit values keyed by key: four Feistel rounds over
+ * 21-bit halves, each a multiply-xorshift mix of one half with a round
+ * key. What it enciphers holds no address, so it hides nothing but which
+ * index a name is; it makes names of different executors unrelated and a
+ * made-up one fail to decipher. */
+#define HALF_BITS 21
+#define HALF_MASK ((1u << HALF_BITS) - 1)
+
 static uint32_t round_fn(uint32_t x, uint32_t k)
 {
     uint64_t h = ((uint64_t)x << 32 | k) ^ ((uint64_t)k << 29);
@@ -70,7 +73,14 @@ static uint32_t round_fn(uint32_t x, uint32_t k)
     h *= 0xff51afd7ed558ccdULL;
     h ^= h >> 33;
     h *= 0xc4ceb9fe1a85ec53ULL;
-    return (uint32_t)(h >> 32);
+    return (uint32_t)(h >> 32) & HALF_MASK;
+}
+
+/* Random; the fuzzers link a fixed key instead, so that the requests they
+ * start from name handles their executor gave. */
+__attribute__((weak)) int fgr_names_new_key(uint32_t k[4])
+{
+    return getrandom(k, 4 * sizeof k[0], 0) == (ssize_t)(4 * sizeof k[0]) ? 0 : -1;
 }
 
 static void keyed(void)
@@ -79,7 +89,7 @@ static void keyed(void)
     if (done)
         return;
     done = 1;
-    if (getrandom(key, sizeof key, 0) != sizeof key) {
+    if (fgr_names_new_key(key) != 0) {
         /* No entropy: names still hold no address; they only become
          * guessable across executors, each of which still checks its own. */
         struct timespec t;
@@ -91,31 +101,40 @@ static void keyed(void)
 
 static uint64_t encipher(uint64_t x)
 {
-    uint32_t l = (uint32_t)(x >> 32), r = (uint32_t)x;
+    uint32_t l = (uint32_t)(x >> HALF_BITS) & HALF_MASK, r = (uint32_t)x & HALF_MASK;
     for (int i = 0; i < 4; i++) {
         uint32_t t = l ^ round_fn(r, key[i]);
         l = r;
         r = t;
     }
-    return (uint64_t)l << 32 | r;
+    return (uint64_t)l << HALF_BITS | r;
 }
 
 static uint64_t decipher(uint64_t x)
 {
-    uint32_t l = (uint32_t)(x >> 32), r = (uint32_t)x;
+    uint32_t l = (uint32_t)(x >> HALF_BITS) & HALF_MASK, r = (uint32_t)x & HALF_MASK;
     for (int i = 3; i >= 0; i--) {
         uint32_t t = r ^ round_fn(l, key[i]);
         r = l;
         l = t;
     }
-    return (uint64_t)l << 32 | r;
+    return (uint64_t)l << HALF_BITS | r;
 }
 
-#define GEN_MASK 0xffffffu
+/* A name enciphers the kind (5 bits), the generation (13) and the index
+ * (24), and is 16-byte aligned below 2^46: a pointer-like value that is no
+ * shadow handle (wire.h). */
+#define GEN_BITS 13
+#define GEN_MASK ((1u << GEN_BITS) - 1)
+#define INDEX_BITS 24
+#define MAX_NAMES (1u << INDEX_BITS)
+_Static_assert(FGR_H_MEM < 32, "a kind fits 5 bits");
 
 static uint64_t name_value(uint32_t i)
 {
-    return encipher((uint64_t)names[i].kind << 56 | (uint64_t)(names[i].gen & GEN_MASK) << 32 | i);
+    return encipher((uint64_t)names[i].kind << (GEN_BITS + INDEX_BITS) |
+                    (uint64_t)(names[i].gen & GEN_MASK) << INDEX_BITS | i)
+           << 4;
 }
 
 /* A value the client could not tell from one of its own: NULL, the special
@@ -126,11 +145,9 @@ static int reserved(uint64_t v) { return v <= 2 || fgr_is_shadow(v); }
  * memory. */
 /* The slot for forced name i (a new executor making a moved state again),
  * NO_NAME when it is taken or beyond what can be held. */
-#define MAX_PLACED (1u << 24) /* more names than a connection makes */
-
 static uint32_t name_place(uint32_t i)
 {
-    if (i >= MAX_PLACED)
+    if (i >= MAX_NAMES)
         return NO_NAME;
     if (i < nnames)
         return names[i].kind ? NO_NAME : i;
@@ -167,9 +184,11 @@ static uint32_t name_new(int kind, uint64_t v)
     if (i != NO_NAME) {
         freed = (uint32_t)names[i].v;
     } else {
+        if (nnames == MAX_NAMES)
+            return NO_NAME;
         if (nnames == capnames) {
             uint32_t n = capnames ? 2 * capnames : 256;
-            struct name *m = n > capnames && n < NO_NAME ? realloc(names, n * sizeof *m) : NULL;
+            struct name *m = n > capnames && n <= MAX_NAMES ? realloc(names, n * sizeof *m) : NULL;
             if (!m)
                 return NO_NAME;
             names = m;
@@ -218,7 +237,7 @@ void fgr_names_save(struct fgr_buf *w)
 const char *fgr_names_restore(struct fgr_rd *rd)
 {
     uint32_t n = fgr_get_u32(rd);
-    if (rd->bad || n > MAX_PLACED || n > rd->left / 4)
+    if (rd->bad || n > MAX_NAMES || n > rd->left / 4)
         return "the state's names are malformed";
     if (n < nnames)
         return "the state's names do not cover what was made again";
@@ -422,10 +441,12 @@ uint64_t fgr_in(int kind, uint64_t v)
         return e ? e->owner : refused_name(v);
     }
     keyed();
-    uint64_t x = decipher(v);
-    uint32_t i = (uint32_t)x;
-    if (i >= nnames || !names[i].kind || (names[i].gen & GEN_MASK) != (uint32_t)(x >> 32 & GEN_MASK) ||
-        names[i].kind != (uint8_t)(x >> 56))
+    if (v & 15 || v >> 46)
+        return refused_name(v);
+    uint64_t x = decipher(v >> 4);
+    uint32_t i = (uint32_t)(x & (MAX_NAMES - 1));
+    if (i >= nnames || !names[i].kind || (names[i].gen & GEN_MASK) != (uint32_t)(x >> INDEX_BITS & GEN_MASK) ||
+        names[i].kind != (uint8_t)(x >> (GEN_BITS + INDEX_BITS)))
         return refused_name(v);
     /* A kernel may be given where a function is asked for. */
     if (names[i].kind != kind && !(kind == FGR_H_CUfunction && names[i].kind == FGR_H_CUkernel))
@@ -457,6 +478,15 @@ int fgr_out_n(int kind, void *arr, uint64_t n)
         memcpy((char *)arr + 8 * i, &name, 8);
     }
     return bad ? -1 : 0;
+}
+
+int fgr_out_adopt(int kind, void *p)
+{
+    uint64_t v;
+    memcpy(&v, p, 8);
+    if (v && !find(kind, v))
+        fgr_add(kind, v, 0, 0);
+    return fgr_out_n(kind, p, 1);
 }
 
 static void moved_gone(uint64_t base, uint64_t end);

@@ -456,3 +456,33 @@ const char *fgr_serve(unsigned op, struct fgr_rd *rd, struct fgr_buf *w, CUresul
     fgr_finish_frame(w);
     return NULL;
 }
+
+CUresult fgr_reply_result(const struct fgr_buf *w)
+{
+    return (CUresult)((uint32_t)w->p[4] | (uint32_t)w->p[5] << 8 | (uint32_t)w->p[6] << 16 | (uint32_t)w->p[7] << 24);
+}
+
+CUresult fgr_replay(const uint8_t *frame, uint32_t n, CUresult (*make_current)(CUcontext))
+{
+    static struct fgr_buf w;
+    struct fgr_rd rd = {frame, n, 0};
+    unsigned op = fgr_get_u16(&rd);
+    fgr_get_u16(&rd);
+    fgr_get_u32(&rd);
+    CUcontext ctx = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(&rd));
+    if (rd.bad || op == FGR_OP_HELLO || op >= FGR_NUM_OPS || !fgr_ops[op].fn || !fgr_journal_kept_op(op))
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = !fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx) ? CUDA_ERROR_INVALID_CONTEXT
+                 : fgr_real[op]                                      ? make_current(ctx)
+                                                                     : CUDA_SUCCESS;
+    fgr_ctx = (uint64_t)(uintptr_t)ctx;
+    fgr_current_op = op;
+    fgr_thread = 0;
+    fgr_may_pend = 0;
+    fgr_resume = fgr_parked = -1;
+    fgr_journal_begin(frame, n, op);
+    const char *bad = fgr_serve(op, &rd, &w, r);
+    r = bad ? CUDA_ERROR_INVALID_VALUE : fgr_reply_result(&w);
+    fgr_journal_end(r);
+    return r;
+}

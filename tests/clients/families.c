@@ -154,6 +154,131 @@ static int host_pools(size_t bytes)
     return 0;
 }
 
+/* What cudaPointerGetAttributes asks of each kind of memory (CuPy's
+ * pointerGetAttributes): device memory, cuMemHostAlloc's, registered,
+ * managed, pageable; then a device pool made and allocated from, as CuPy's
+ * mallocFromPoolAsync test does. */
+static int pointers(void)
+{
+    CUcontext ctx;
+    CHECK(cuDevicePrimaryCtxRetain(&ctx, 0));
+    CHECK(cuCtxSetCurrent(ctx));
+    CUdeviceptr dev, managed;
+    void *host, *reg = aligned_alloc(4096, 4096), *pageable = malloc(64);
+    CHECK(cuMemAlloc_v2(&dev, 64));
+    CHECK(cuMemHostAlloc(&host, 64, 0));
+    CHECK(cuMemHostRegister_v2(reg, 4096, 0));
+    CHECK(cuMemAllocManaged(&managed, 64, CU_MEM_ATTACH_GLOBAL));
+    const char *what[] = {"device", "cuMemHostAlloc", "registered", "managed", "pageable"};
+    CUdeviceptr at[] = {dev, (CUdeviceptr)(uintptr_t)host, (CUdeviceptr)(uintptr_t)reg, managed,
+                        (CUdeviceptr)(uintptr_t)pageable};
+    for (int i = 0; i < 5; i++) {
+        CUcontext c = NULL;
+        unsigned type = 9, is_managed = 9;
+        int ordinal = -9;
+        void *devp = NULL, *hostp = NULL;
+        CUpointer_attribute a[] = {CU_POINTER_ATTRIBUTE_CONTEXT,      CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                   CU_POINTER_ATTRIBUTE_DEVICE_POINTER, CU_POINTER_ATTRIBUTE_HOST_POINTER,
+                                   CU_POINTER_ATTRIBUTE_IS_MANAGED,   CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
+        void *d[] = {&c, &type, &devp, &hostp, &is_managed, &ordinal};
+        CUresult r = cuPointerGetAttributes(6, a, d, at[i]);
+        unsigned one = 9;
+        CUresult r1 = cuPointerGetAttribute(&one, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, at[i]);
+        printf("%s: %s, context %s, type %u, device pointer %s, host pointer %s, managed %u, ordinal %d; "
+               "the type alone: %s %u\n",
+               what[i], result_name(r), !c ? "none" : c == ctx ? "the current" : "another", type,
+               !devp ? "none" : (CUdeviceptr)(uintptr_t)devp == at[i] ? "itself" : "another",
+               !hostp ? "none" : (CUdeviceptr)(uintptr_t)hostp == at[i] ? "itself" : "another", is_managed,
+               ordinal, result_name(r1), r1 == CUDA_SUCCESS ? one : 0);
+    }
+    CHECK(cuMemFree_v2(managed));
+    CHECK(cuMemHostUnregister(reg));
+    CHECK(cuMemFreeHost(host));
+    CHECK(cuMemFree_v2(dev));
+    free(reg);
+    free(pageable);
+
+    CUmemoryPool pool;
+    CUmemPoolProps props = pool_props((CUmemLocation){CU_MEM_LOCATION_TYPE_DEVICE, 0});
+    CUstream st;
+    CHECK(cuStreamCreate(&st, 0));
+    CHECK(cuMemPoolCreate(&pool, &props));
+    CUdeviceptr p = 0;
+    CUresult r = cuMemAllocFromPoolAsync(&p, 128, pool, st);
+    printf("a device pool made: %s, %s", result_name(r), p ? "an address" : "no address");
+    if (r == CUDA_SUCCESS)
+        printf(", freed %s", result_name(cuMemFreeAsync(p, st)));
+    printf(", destroyed %s\n", result_name(cuMemPoolDestroy(pool)));
+    CHECK(cuStreamSynchronize(st));
+
+    /* A captured kernel's graph printed into a file, which is read back. */
+    CUmodule mod;
+    CUfunction f;
+    CHECK(cuModuleLoadData(&mod, SIM_MODULE));
+    CHECK(cuModuleGetFunction(&f, mod, "vecadd"));
+    CUdeviceptr buf;
+    CHECK(cuMemAlloc_v2(&buf, 4096));
+    int n = 16;
+    void *args[] = {&buf, &buf, &buf, &n};
+    CUgraph g;
+    CHECK(cuStreamBeginCapture_v2(st, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CHECK(cuLaunchKernel(f, 1, 1, 1, 16, 1, 1, 0, st, args, NULL));
+    CHECK(cuStreamEndCapture(st, &g));
+    char path[] = "/tmp/families-dot-XXXXXX";
+    int fd = mkstemp(path);
+    if (fd < 0)
+        return 1;
+    close(fd);
+    size_t plain = 0;
+    for (unsigned verbose = 0; verbose < 2; verbose++) {
+        r = cuGraphDebugDotPrint(g, path, verbose ? CU_GRAPH_DEBUG_DOT_FLAGS_VERBOSE : 0);
+        static char text[1 << 16];
+        FILE *fp = fopen(path, "r");
+        size_t k = fp ? fread(text, 1, sizeof text - 1, fp) : 0;
+        if (fp)
+            fclose(fp);
+        text[k] = 0;
+        printf("cuGraphDebugDotPrint%s: %s, %s the kernel's name%s\n", verbose ? " verbose" : "", result_name(r),
+               strstr(text, "vecadd") ? "with" : "without",
+               verbose ? (k > plain ? ", longer than plain" : ", not longer than plain") : "");
+        plain = k;
+    }
+    printf("cuGraphDebugDotPrint into a folder that does not exist: %s, of no graph: %s, to no path: %s\n",
+           result_name(cuGraphDebugDotPrint(g, "/nonexistent-folder/graph.dot", 0)),
+           result_name(cuGraphDebugDotPrint(NULL, path, 0)), result_name(cuGraphDebugDotPrint(g, NULL, 0)));
+    unlink(path);
+
+    /* Every handle looks like a pointer the driver gives: programs keep
+     * handles in signed integers and test them for > 0 (CuPy's pools). */
+    CUgraphExec x;
+    CUevent ev;
+    CUmemoryPool made;
+    CHECK(cuGraphInstantiateWithFlags(&x, g, 0));
+    CHECK(cuEventCreate(&ev, 0));
+    CHECK(cuMemPoolCreate(&made, &props));
+    struct {
+        const char *what;
+        const void *h;
+    } hs[] = {{"context", ctx}, {"stream", st}, {"event", ev}, {"module", mod},  {"function", f},
+              {"pool", made},   {"graph", g},   {"executable graph", x}};
+    printf("handles like the driver's pointers:");
+    int all = 1;
+    for (size_t i = 0; i < sizeof hs / sizeof hs[0]; i++) {
+        uintptr_t v = (uintptr_t)hs[i].h;
+        if (!v || v >= 1ull << 47 || v % 8) {
+            printf(" not the %s (%#lx)", hs[i].what, (unsigned long)v);
+            all = 0;
+        }
+    }
+    printf("%s\n", all ? " all" : "");
+    CHECK(cuMemPoolDestroy(made));
+    CHECK(cuEventDestroy_v2(ev));
+    CHECK(cuGraphExecDestroy(x));
+    CHECK(cuGraphDestroy(g));
+    CHECK(cuMemFree_v2(buf));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     CHECK(cuInit(0));
@@ -176,14 +301,17 @@ int main(int argc, char **argv)
         printf("the video decoder's library: %s\n", h ? "loaded" : dlerror());
         return 0;
     }
+    if (argc > 1 && !strcmp(argv[1], "pointers"))
+        return pointers();
     if (argc > 1 && !strcmp(argv[1], "hostpool"))
         return host_pools(argc > 2 ? (size_t)atoi(argv[2]) << 20 : 4096);
     if (argc > 1 && !strcmp(argv[1], "refused")) {
-        /* Looked up: the simulated GPU can print no graph. */
-        CUresult (*print)(CUgraph, const char *, unsigned int) =
-            (CUresult(*)(CUgraph, const char *, unsigned int))dlsym(RTLD_DEFAULT, "cuGraphDebugDotPrint");
-        printf("cuGraphDebugDotPrint: %s\n", print ? result_name(print(NULL, "/dev/null", 0)) : "not exported");
-        printf("cuGraphDebugDotPrint again: %s\n", print ? result_name(print(NULL, "/dev/null", 0)) : "not exported");
+        /* Looked up: the simulated GPU has no multicast objects. */
+        CUresult (*gran)(size_t *, const void *, int) =
+            (CUresult(*)(size_t *, const void *, int))dlsym(RTLD_DEFAULT, "cuMulticastGetGranularity");
+        size_t g = 0;
+        printf("cuMulticastGetGranularity: %s\n", gran ? result_name(gran(&g, NULL, 0)) : "not exported");
+        printf("cuMulticastGetGranularity again: %s\n", gran ? result_name(gran(&g, NULL, 0)) : "not exported");
         return 0;
     }
     if (argc > 1 && !strcmp(argv[1], "old")) {

@@ -117,7 +117,7 @@ func TestRemoteMalformedFrames(t *testing.T) {
 		{"an unknown transport", [][]byte{request(0, w{}.u32(0x4d524746).u32(protoVersion).u64(p.hash).u32(8).u32(7))}, false,
 			"not a FlexGV handshake"},
 		{"an unknown operation", [][]byte{hello, request(65000, nil)}, false, "unknown operation 65000"},
-		{"a stream named without the shadow tag", [][]byte{hello, request(op("cuStreamCreate"), w{}.u64(0).u64(0x7f0000001000))}, false,
+		{"a stream named without the shadow tag", [][]byte{hello, request(op("cuStreamCreate"), w{}.u64(0).u64(0x3f0000001000))}, false,
 			"a malformed request (cuStreamCreate,"},
 		{"arguments missing", [][]byte{hello, request(op("cuMemAlloc_v2"), w{}.u8(1))}, false,
 			"a malformed request (cuMemAlloc_v2,"},

@@ -153,7 +153,7 @@ func TestRemoteForeignHandlesRefused(t *testing.T) {
 	aMem2 := a.handle("cuMemAlloc_v2", w{}.u64(4096).u8(1))
 	// Streams are named by the client (shadow handles); A's context by the
 	// executor (a name, not an address: TestRemoteHandlesAreNames).
-	const aStream = 0xf5ad000000000001
+	const aStream = 1<<46 | 1<<4 // (wire.h: FGR_SHADOW_TAG)
 	a.queue("cuStreamCreate", w{}.u64(0).u64(aStream))
 	aPid, _ := strconv.Atoi(s.waitLog(`connected: executor pid (\d+)`, 10*time.Second)[1])
 	aHeap := heapStart(t, aPid)
@@ -291,7 +291,7 @@ func TestRemoteHandlesAreNames(t *testing.T) {
 	bGraph := b.handle("cuGraphCreate", w{}.u64(0).u8(1))
 	// A structure that names a handle comes back with the client's name in
 	// it, not the driver's handle it stood for.
-	const bStream = 0xf5ad000000000002
+	const bStream = 1<<46 | 2<<4
 	b.queue("cuStreamCreate", w{}.u64(0).u64(bStream))
 	res := b.must("cuGraphInstantiateWithParams", w{}.u64(bGraph).u8(1).u8(1).u64(32).u64(0).u64(bStream).u64(0).u64(0))
 	exec := binary.LittleEndian.Uint64(out(t, res))

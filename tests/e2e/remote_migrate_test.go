@@ -269,8 +269,11 @@ func TestRemoteMigrateRefused(t *testing.T) {
 // lays it out, with recs already laid out ({u32 len, frame, u32 nnames,
 // u64 names...} each), no device ranges and the names' table given
 // ({u32 nnames, u32 gen each, u32 nfree, u32 index each}; nil: none).
+// stateVersion is remote/wire.h's FGR_STATE_VERSION.
+const stateVersion = 3
+
 func stateBytes(magic uint32, nrecs uint32, recs w, names ...uint32) w {
-	b := w{}.u32(magic).u32(2).u32(1).u32(2).u32(3).u32(4).u32(0).u32(nrecs)
+	b := w{}.u32(magic).u32(stateVersion).u32(1).u32(2).u32(3).u32(4).u32(0).u32(nrecs)
 	b = append(b, recs...).u32(0)
 	if names == nil {
 		return b.u32(0).u32(0)
@@ -299,7 +302,7 @@ func TestRemoteMigrateHostileState(t *testing.T) {
 		why   string
 	}{
 		{"another magic", stateBytes(0x12345678, 0, nil), 0, "not a state this executor reads"},
-		{"ranges past the end", w{}.u32(magic).u32(2).u32(0).u32(0).u32(0).u32(0).u32(0xffffffff), 0, "malformed"},
+		{"ranges past the end", w{}.u32(magic).u32(stateVersion).u32(0).u32(0).u32(0).u32(0).u32(0xffffffff), 0, "malformed"},
 		{"a record past the end", stateBytes(magic, 1, w{}.u32(1<<20).raw("xx")), 0, "malformed"},
 		{"a nested load", stateBytes(magic, 1, w{}.u32(uint32(len(load))).raw(string(load)).u32(0)), 0,
 			"fgrStateLoad answered CUDA_ERROR_INVALID_VALUE"},

@@ -835,7 +835,8 @@ ctx = ctypes.c_void_p()
 print("cuInit", cu.cuInit(0))
 state = ctypes.c_int()
 print("cuCheckpointProcessGetState", cu.cuCheckpointProcessGetState(1, ctypes.byref(state)))
-print("cuGraphDebugDotPrint", cu.cuGraphDebugDotPrint(None, b"/dev/null", 0))
+gran = ctypes.c_size_t()
+print("cuMulticastGetGranularity", cu.cuMulticastGetGranularity(ctypes.byref(gran), None, 0))
 table = ctypes.c_void_p()
 nvrtc = (ctypes.c_ubyte * 16)(*bytes.fromhex("da9151d33ae6cc41a5c04f26d533e328"))
 print("cuGetExportTable", cu.cuGetExportTable(ctypes.byref(table), nvrtc))
@@ -845,7 +846,7 @@ dev = ctypes.c_int()
 print("cuDeviceGet", cu.cuDeviceGet(ctypes.byref(dev), 0))
 `
 	r := e.remote(s, "python3", "-c", prog)
-	want := "cuInit 0\ncuCheckpointProcessGetState 801\ncuGraphDebugDotPrint 801\ncuGetExportTable 801\ncuGetExportTable 801\ncuDeviceGet 0\n"
+	want := "cuInit 0\ncuCheckpointProcessGetState 801\ncuMulticastGetGranularity 801\ncuGetExportTable 801\ncuGetExportTable 801\ncuDeviceGet 0\n"
 	if r.code != 0 || r.stdout != want {
 		t.Fatalf("exit %d, printed\n%s\nwant\n%s\n%s", r.code, r.stdout, want, r.stderr)
 	}
@@ -853,7 +854,7 @@ print("cuDeviceGet", cu.cuDeviceGet(ctypes.byref(dev), 0))
 	if strings.Contains(r.stderr, "da9151d3") {
 		t.Errorf("NVRTC's table was said:\n%s", r.stderr)
 	}
-	for _, name := range []string{"cuCheckpointProcessGetState is not supported remotely", "cuGraphDebugDotPrint is not supported remotely",
+	for _, name := range []string{"cuCheckpointProcessGetState is not supported remotely", "cuMulticastGetGranularity is not supported remotely",
 		"table 6e6f2d73-7563-682d-7461-626c652d2121 is not emulated"} {
 		if !strings.Contains(r.stderr, name) {
 			t.Errorf("stderr does not say %q:\n%s", name, r.stderr)
@@ -1918,7 +1919,7 @@ cluster 2 of 3 blocks: CUDA_ERROR_INVALID_VALUE
 completion event: CUDA_SUCCESS CUDA_SUCCESS, then CUDA_SUCCESS
 device memory: CUDA_SUCCESS CUDA_SUCCESS CUDA_SUCCESS, type 2, starts at the allocation, 4096 bytes
 host memory: CUDA_ERROR_INVALID_VALUE
-host memory, both: CUDA_SUCCESS, type 0, 0 bytes
+host memory, both: CUDA_SUCCESS, type 0, 7 bytes
 kernel's layout asked of it as a function: CUDA_ERROR_INVALID_HANDLE
 library kernel: 11 22 33 44
 cache: kernel CUDA_SUCCESS, function CUDA_SUCCESS, a preference of 7 CUDA_ERROR_INVALID_VALUE, context CUDA_SUCCESS CUDA_SUCCESS 3

@@ -62,10 +62,10 @@ type RemoteEntry struct {
 	Alloc    map[string]string
 	Destroys string
 	Owner    string
-	// AsHandle: an untyped result that holds a handle of a kind when a
+	// AsHandle: untyped results that hold a handle of a kind when a
 	// condition over the parameters holds (cuPointerGetAttribute's
-	// context): param, kind, condition.
-	AsHandle [3]string
+	// context and memory pool): each param, kind, condition.
+	AsHandle [][3]string
 	// By-value parameters of a table function whose meaning is unknown
 	// and that were 0 natively: the driver is given 0 whatever the caller
 	// passed (what a caller leaves there may be a register of its own).

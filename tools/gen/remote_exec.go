@@ -249,7 +249,7 @@ func serverRecords(w *cw, e RemoteEntry, args []arg) {
 	for _, a := range args {
 		a.k.name(w, a)
 	}
-	if h := e.AsHandle; h[0] != "" { // not one of the connection's: no answer
-		w.ifThen(cf("(%s) && fgr_out_n(FGR_H_%s, %s, 1) != 0", h[2], h[1], h[0]), "fgr_r = CUDA_ERROR_INVALID_VALUE;")
+	for _, h := range e.AsHandle { // (one the connection was not given is its from now on)
+		w.ifThen(cf("(%s) && fgr_out_adopt(FGR_H_%s, %s) != 0", h[2], h[1], h[0]), "fgr_r = CUDA_ERROR_INVALID_VALUE;")
 	}
 }

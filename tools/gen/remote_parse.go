@@ -198,7 +198,7 @@ func parseRemote(path string, cuda []Entry) ([]RemoteEntry, []*Table, error) {
 				if len(f) != 3 || re.param(f[0]) == nil || re.param(f[0]).Type != "void *" || !remoteHandles[f[1]] || f[2] == "" {
 					return nil, nil, fmt.Errorf("%s: %s: ashandle=%s is not VOIDPTR:HANDLETYPE:CONDITION", where, re.Name, val)
 				}
-				re.AsHandle = [3]string{f[0], f[1], f[2]}
+				re.AsHandle = append(re.AsHandle, [3]string{f[0], f[1], f[2]})
 				continue
 			}
 			if name == "owner" && val == "none" {
