@@ -8,134 +8,13 @@ package fuzz
 /*
 #cgo CFLAGS: -I${SRCDIR}/../../include -I${SRCDIR}/../../include/flexgv -std=gnu11
 #include <stdlib.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-#include "executor.h"
-
-static unsigned long calls;
-static CUresult fake_call(void) { calls++; return CUDA_SUCCESS; }
-static unsigned long fake_calls(void) { return calls; }
-static unsigned char fake_data[4096];
-static const void *fake_table[1024];
-
-// The driver's functions the buffers of graph copy nodes use: memory of
-// the process, calls counted.
-static CUresult fake_host_alloc(void **p, size_t n, unsigned flags)
-{
-    (void)flags;
-    calls++;
-    *p = calloc(1, n);
-    return *p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
-}
-static CUresult fake_launch(CUgraphExec x, CUstream s) { (void)x; (void)s; calls++; return CUDA_SUCCESS; }
-static CUresult fake_sync(CUstream s) { (void)s; calls++; return CUDA_SUCCESS; }
-static CUresult fake_record(CUevent e, CUstream s) { (void)e; (void)s; calls++; return CUDA_SUCCESS; }
-static CUresult fake_query(CUevent e) { (void)e; calls++; return CUDA_SUCCESS; }
-// The arena's side of IPC (arena.c is not linked here): one mapping of
-// 64 KiB at 0x1000, the connection's memory; another is mapped anywhere on
-// a page. The driver's export is a file of this process.
-CUresult fgr_arena_map_handle(CUdeviceptr p, size_t n, CUmemGenericAllocationHandle h)
-{
-    (void)h;
-    return p % 4096 || !n ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
-}
-int fgr_arena_holding(uint64_t p, uint64_t n, uint64_t *block)
-{
-    if (p < 0x1000 || n > 0x10000 || p - 0x1000 > 0x10000 - n)
-        return -1;
-    *block = 0x1000;
-    return 0;
-}
-int fgr_arena_block(uint64_t block, uint64_t *n, CUmemGenericAllocationHandle *h)
-{
-    if (block != 0x1000)
-        return -1;
-    *n = 0x10000;
-    *h = 77;
-    return 0;
-}
-static CUresult fake_export(void *fd, CUmemGenericAllocationHandle h, CUmemAllocationHandleType t, unsigned long long f)
-{
-    (void)h, (void)t, (void)f;
-    calls++;
-    *(int *)fd = (int)syscall(SYS_memfd_create, "fuzz", 1u);
-    return CUDA_SUCCESS;
-}
-static CUresult fake_import(CUmemGenericAllocationHandle *h, void *fd, CUmemAllocationHandleType t)
-{
-    (void)fd, (void)t;
-    calls++;
-    *h = 78;
-    return CUDA_SUCCESS;
-}
-// A buffer of 64 bytes, and one given back.
-static CUdeviceptr host_buffer, freed_buffer;
-
-static void fake_driver(void)
-{
-    for (int i = 0; i < 1024; i++)
-        fake_table[i] = fake_data;
-    for (int op = 1; op < FGR_NUM_OPS; op++)
-        fgr_real[op] = (void *)fake_call;
-    for (int i = 0; i < fgr_nxtables; i++)
-        fgr_real[fgr_xtables[i].fetch_op] = (void *)fake_table;
-    // What the test requests name: this connection's, as if returned.
-    fgr_mem_add(0x1000, 0x10000, 0, 0);
-    fgr_add(FGR_H_CUmodule, 7, 0, 0);
-    fgr_add(FGR_H_CUfunction, 1, 0, 0);
-    fgr_add(FGR_H_CUgraph, 9, 0, 0);
-    fgr_add(FGR_H_CUgraphNode, 11, FGR_H_CUgraph, 9);
-    fgr_add(FGR_H_CUmemoryPool, 5, 0, 0);
-    fgr_add(FGR_H_CUcontext, 3, 0, 0);
-    fgr_add(FGR_H_fgrCtxObject, 2, FGR_H_CUcontext, 3);
-    // Pinned memory capped as a server's --pinned-max caps it (a quarter of
-    // the host's RAM otherwise), so a size an input asks for is refused
-    // before this process fills it.
-    fgr_pinned_max("67108864");
-    fgr_drv.sync = fake_sync;
-    fgr_drv.ev_record = fake_record;
-    fgr_drv.ev_query = fake_query;
-    fgr_hostcopy_use(fake_host_alloc, fake_launch);
-    CUresult (*alloc)(CUdeviceptr *, size_t) = fgr_real[FGR_OP_fgrGraphHostAlloc];
-    CUresult (*release)(CUdeviceptr) = fgr_real[FGR_OP_fgrGraphHostFree];
-    alloc(&host_buffer, 64);
-    fgr_mem_add(host_buffer, 64, 0, 0);
-    alloc(&freed_buffer, 4096);
-    fgr_mem_add(freed_buffer, 4096, 0, 0);
-    release(freed_buffer);
-    // Promoted pinned memory is mapped in this process, as the executor's.
-    fgr_hostmem_promoting((void *)fake_call, (void *)fake_call);
-    fgr_ipc_use((void *)fake_export, (void *)fake_import, (void *)fake_call);
-}
-
-static uint64_t buffer_at(int freed) { return freed ? freed_buffer : host_buffer; }
-static uint64_t own_address(void) { return (uintptr_t)fake_data; }
-
-// name_of: the name the client is given for the driver's handle v.
-static uint64_t name_of(int kind, uint64_t v)
-{
-    fgr_out_n(kind, &v, 1);
-    return v;
-}
-
-// serve_one: 1 when the request is malformed, else 0 with the reply in *out.
-static int serve_one(unsigned op, const void *p, size_t n, struct fgr_buf *out)
-{
-    struct fgr_rd rd = {p, n, 0};
-    if (fgr_serve(op, &rd, out, CUDA_SUCCESS) != NULL)
-        return 1;
-    // The whole frame in one piece: its tail (large results) appended.
-    const void *tail = out->tail;
-    size_t k = out->tail_len;
-    out->tail = NULL;
-    out->tail_len = 0;
-    fgr_put_bytes(out, tail, k);
-    return 0;
-}
+#include "fake.h"
 */
 import "C"
 
 import (
+	"encoding/binary"
+	"errors"
 	"sync"
 	"unsafe"
 )
@@ -149,7 +28,7 @@ var (
 // Serve decodes and runs one request's arguments for operation op. It
 // reports whether they were malformed and, when not, the reply frame.
 func Serve(op uint16, args []byte) (malformed bool, out []byte) {
-	once.Do(func() { C.fake_driver() })
+	once.Do(setUp)
 	mu.Lock()
 	defer mu.Unlock()
 	// The C side keeps no pointer to args past the call.
@@ -167,7 +46,7 @@ type Handles struct{ Module, Function, Graph, Pool, Context, CtxObject, Node uin
 
 // Names are the connection's handles, by the names the client sees.
 func Names() Handles {
-	once.Do(func() { C.fake_driver() })
+	once.Do(setUp)
 	mu.Lock()
 	defer mu.Unlock()
 	n := func(kind C.int, v uint64) uint64 { return uint64(C.name_of(kind, C.uint64_t(v))) }
@@ -178,7 +57,7 @@ func Names() Handles {
 // HostBuffer is the address of a graph copy node's buffer of 64 bytes the
 // connection holds; with freed, of one of 4096 bytes it gave back.
 func HostBuffer(freed bool) uint64 {
-	once.Do(func() { C.fake_driver() })
+	once.Do(setUp)
 	f := C.int(0)
 	if freed {
 		f = 1
@@ -206,4 +85,64 @@ func Ops() map[string]uint16 {
 		m[C.GoString(C.fgr_ops[op].name)] = uint16(op)
 	}
 	return m
+}
+
+func setUp() {
+	C.fake_driver()
+	C.fake_connection()
+}
+
+// Frame is a request frame as a client sends it: the header (operation, no
+// flags, thread 0, the connection's context by its name), then args.
+func Frame(op uint16, args []byte) []byte {
+	f := binary.LittleEndian.AppendUint16(nil, op)
+	f = append(f, 0, 0, 0, 0, 0, 0)
+	f = binary.LittleEndian.AppendUint64(f, Names().Context)
+	return append(f, args...)
+}
+
+// Input is what the native fuzzer reads (fake.h's run_input): each record
+// its length, then its bytes.
+func Input(records ...[]byte) []byte {
+	var in []byte
+	for _, r := range records {
+		in = binary.LittleEndian.AppendUint32(in, uint32(len(r)))
+		in = append(in, r...)
+	}
+	return in
+}
+
+// StateRecord is a record that loads state, for Input.
+func StateRecord(state []byte) []byte { return append([]byte{0xff, 0xff}, state...) }
+
+// Run runs an input of the native fuzzer, in this process, and says how
+// many of its frames were answered; a reply that does not say its length
+// aborts the process.
+func Run(in []byte) int {
+	once.Do(setUp)
+	mu.Lock()
+	defer mu.Unlock()
+	p := C.CBytes(in)
+	defer C.free(p)
+	return int(C.run_input((*C.uint8_t)(p), C.size_t(len(in))))
+}
+
+// State serves frames as the executor does, its journal keeping what they
+// made, then gives the connection's state as a move would (or why it
+// cannot be moved).
+func State(frames ...[]byte) ([]byte, error) {
+	once.Do(setUp)
+	mu.Lock()
+	defer mu.Unlock()
+	for _, f := range frames {
+		p := C.CBytes(f)
+		C.serve_frame((*C.uint8_t)(p), C.size_t(len(f)), &reply)
+		C.free(p)
+	}
+	var w C.struct_fgr_buf
+	if why := C.save_state(&w); why != nil {
+		return nil, errors.New(C.GoString(why))
+	}
+	defer C.free(unsafe.Pointer(w.p))
+	return C.GoBytes(unsafe.Pointer(w.p), C.int(w.len)), nil
 }

@@ -3,106 +3,11 @@ package fuzz
 import (
 	"encoding/binary"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
-
-type w []byte
-
-func (b w) u8(v uint8) w   { return append(b, v) }
-func (b w) u32(v uint32) w { return binary.LittleEndian.AppendUint32(b, v) }
-func (b w) u64(v uint64) w { return binary.LittleEndian.AppendUint64(b, v) }
-func (b w) raw(s string) w { return append(b, s...) }
-
-// copy3d is a CUDA_MEMCPY3D of n bytes from src to dst, each side of a
-// memory type (1 host, 2 device) given with its address.
-func copy3d(st uint32, src uint64, dt uint32, dst uint64, n uint64) string {
-	side := func(t uint32, p uint64) w {
-		b := w{}.u64(0).u64(0).u64(0).u64(0).u32(t).u32(0)
-		if t == 1 {
-			b = b.u64(p).u64(0)
-		} else {
-			b = b.u64(0).u64(p)
-		}
-		return b.u64(0).u64(0).u64(n).u64(1) // array, reserved, pitch, height
-	}
-	return string(append(append(side(st, src), side(dt, dst)...), w{}.u64(n).u64(1).u64(1)...))
-}
-
-// request is a well-formed request: its operation, its arguments as the
-// client encodes them (remote/wire.h), and the reply's length.
-type request struct {
-	op    string
-	args  w
-	reply int
-}
-
-// valid covers every kind of argument: by value, in and out buffers, an
-// out buffer sized by an in-out one, strings, images, kernel parameters,
-// launch configurations, a table function and a table's data.
-func valid() []request {
-	const res = 8 // length word and result
-	h := Names()
-	// A real cubin (nvcc 13.0): the executor reads its kernels' layouts.
-	cubin, err := os.ReadFile("../../tests/data/kparam/kparams.cubin")
-	if err != nil {
-		panic(err)
-	}
-	return []request{
-		{"cuModuleLoadData", w{}.u8(1).u8(1).u8(1).u64(uint64(len(cubin))).raw(string(cubin)), res + 1 + 8 + 8},
-		{"cuMemcpyHtoD_v2", w{}.u64(0x1000).u64(8).u8(1).u64(8).raw("abcdefgh"), res},
-		{"cuMemcpyDtoH_v2", w{}.u64(0x1000).u64(16).u8(1), res + 1 + 8 + 16},
-		// 64 KiB: written from the executor's copy, not into the answer.
-		{"cuMemcpyDtoH_v2", w{}.u64(0x1000).u64(0x10000).u8(1), res + 1 + 8 + 0x10000},
-		{"cuModuleGetFunction", w{}.u64(h.Module).u8(1).u8(1).u64(4).raw("abc\x00"), res + 1 + 8 + 8},
-		{"cuModuleLoadData", w{}.u8(1).u8(1).u8(1).u64(19).raw("FLEXGV-SIM-MODULE\n\x00"), res + 1 + 8 + 8},
-		// An image to keep, and one named by a hash this executor does not
-		// keep (answered CUDA_ERROR_INVALID_IMAGE).
-		{"cuModuleLoadData", w{}.u8(1).u8(2).u8(1).u64(19).raw("FLEXGV-SIM-MODULE\n\x00"), res + 1 + 8 + 8},
-		{"cuModuleLoadData", w{}.u8(1).u8(3).raw(string(make([]byte, 32))).u64(19), res + 1 + 8 + 8},
-		{"cuLaunchKernel", w{}.u64(h.Function).u64(1).u64(1).u64(1).u64(32).u64(1).u64(1).u64(0).u64(0).
-			u8(1).u32(2).u32(8).raw("pointer!").u32(4).raw("int!").u8(0), res},
-		// The same parameters packed in one buffer (extra), none in kernelParams.
-		{"cuLaunchKernel", w{}.u64(h.Function).u64(1).u64(1).u64(1).u64(32).u64(1).u64(1).u64(0).u64(0).
-			u8(0).u8(1).u32(12).raw("pointer!int!"), res},
-		{"cuLaunchKernelEx", w{}.u64(h.Function).u8(1).u32(1).u32(1).u32(1).u32(64).u32(1).u32(1).u32(0).u64(0).u32(0).u8(0).u8(0), res},
-		// With a cluster of two (attribute 4: three numbers in its 64 bytes).
-		{"cuLaunchKernelEx", w{}.u64(h.Function).u8(1).u32(2).u32(1).u32(1).u32(64).u32(1).u32(1).u32(0).u64(0).u32(1).u32(4).raw("\x02\x00\x00\x00\x01\x00\x00\x00\x01" + string(make([]byte, 55))).u8(0).u8(0), res},
-		// (the module, then each log's size and text: none asked for)
-		{"cuModuleLoadDataEx", w{}.u64(1).u8(1).u8(1).u8(1).u64(0).u32(1).u32(7).u64(3), res + 1 + 8 + 8 + 2*(8+1)},
-		{"cuGraphGetNodes", w{}.u64(h.Graph).u8(1).u8(1).u64(8).u64(3), res + (1 + 8 + 24) + (1 + 8 + 8)},
-		// A conditional node of two bodies (a handle, IF, the context); its
-		// parameters read back with room for four bodies.
-		{"fgrGraphAddConditionalNode", w{}.u64(h.Graph).u64(0).u64(0x5c0d000000000001).u64(0).u64(2).u64(h.Context).u8(1).u8(0).u8(0).u8(1), res + (1 + 8 + 8) + (1 + 8 + 16)},
-		{"fgrGraphConditionalNodeGetParams", w{}.u64(h.Node).u64(4).u8(1).u8(1).u8(1).u8(1).u8(1), res + (1 + 8 + 8) + 2*(1+8+4) + (1 + 8 + 8) + (1 + 8 + 32)},
-		// A kernel node's parameters read (room for 16 bytes of them), and
-		// set on an executable's copy of it.
-		{"fgrGraphKernelNodeGetParams", w{}.u64(h.Node).u64(16).u8(1).u8(1).u8(1).u8(1).u8(1).u8(1), res + 2*(1+8+8) + (1 + 8 + 24) + (1 + 8 + 4) + (1 + 8 + 16) + (1 + 8 + 4)},
-		{"fgrGraphKernelNodeSetParams", w{}.u64(0).u64(h.Node).u64(h.Function).u64(1).u64(1).u64(1).u64(32).u64(1).u64(1).u64(0).
-			u8(1).u32(2).u32(8).raw("pointer!").u32(4).raw("int!").u8(0), res},
-		{"cuMemPoolGetAttribute", w{}.u64(h.Pool).u64(7).u8(1), res + 1 + 8 + 8},
-		{"cuDeviceGetPCIBusId", w{}.u64(32).u64(0).u8(1), res + 1 + 8 + 32},
-		// A function's parameter sizes; mapped pinned memory written and read.
-		{"fgrParamSizes", w{}.u64(h.Function).u64(4).u8(1).u8(1), res + (1 + 8 + 4) + (1 + 8 + 16)},
-		{"fgrHostWrite", w{}.u64(0x1000).u64(8).u8(1).u64(8).raw("abcdefgh"), res},
-		{"fgrHostReadMany", w{}.u64(1).u64(8).u8(1).u64(8).u64(0x1000).u8(1).u64(8).u64(8).u8(1), res + 1 + 8 + 8},
-		// An executable's copy node set to copy within the allocation.
-		{"cuGraphExecMemcpyNodeSetParams", w{}.u64(0).u64(h.Node).u64(0).u8(1).u64(200).raw(copy3d(2, 0x1000, 2, 0x1040, 16)), res},
-		// A stream's capture, with room for two dependencies.
-		{"fgrStreamCaptureInfo", w{}.u64(0).u64(2).u8(1).u8(1).u8(1).u8(1).u8(1), res + (1 + 8 + 4) + 2*(1+8+8) + (1 + 8 + 16) + (1 + 8 + 8)},
-		// A graph copy node's buffer: made, written with a launch, read back.
-		{"fgrGraphHostAlloc", w{}.u64(16).u8(1), res + 1 + 8 + 8},
-		{"fgrGraphLaunchHost", w{}.u64(0).u64(0).u64(0).u64(1).u64(8).u8(1).u64(8).u64(HostBuffer(false) + 8).u8(1).u64(8).u64(8).u8(1).u64(8).raw("abcdefgh"), res},
-		{"fgrGraphHostRead", w{}.u64(0).u64(HostBuffer(false)).u64(16).u8(1), res + 1 + 8 + 16},
-		// Pinned memory promoted: mapped at the client's address.
-		{"fgrHostMapAt", w{}.u64(0x3f5a00000000).u64(0x10000).u8(1), res + 1 + 8 + 8},
-		{"xt_simA_2", w{}.u64(0x3ff8000000000000).u64(0x40100000).u64(3), res + 8},
-		{"xt_simA", w{}, res + 1 + 8 + 20},
-		// The context object cuBLAS makes, and a word about one.
-		{"xt_ctx_51", w{}.u64(h.Context).u64(0).u64(0).u8(1), res + 1 + 8 + 8},
-		{"xt_ctx_39", w{}.u64(h.Context).u64(h.CtxObject).u64(0).u8(1), res + 1 + 8 + 8},
-	}
-}
 
 func opOf(t testing.TB, name string) uint16 {
 	op, ok := Ops()[name]
@@ -121,15 +26,15 @@ func checkReply(t *testing.T, what string, out []byte) {
 
 // The client's exact encodings are accepted and answered with every result.
 func TestValidRequests(t *testing.T) {
-	for _, r := range valid() {
-		bad, out := Serve(opOf(t, r.op), r.args)
+	for _, r := range Valid() {
+		bad, out := Serve(opOf(t, r.Op), r.Args)
 		if bad {
-			t.Errorf("%s: a well-formed request is called malformed", r.op)
+			t.Errorf("%s: a well-formed request is called malformed", r.Op)
 			continue
 		}
-		checkReply(t, r.op, out)
-		if len(out) != r.reply {
-			t.Errorf("%s: reply of %d bytes, want %d", r.op, len(out), r.reply)
+		checkReply(t, r.Op, out)
+		if len(out) != r.Reply {
+			t.Errorf("%s: reply of %d bytes, want %d", r.Op, len(out), r.Reply)
 		}
 	}
 }
@@ -137,15 +42,15 @@ func TestValidRequests(t *testing.T) {
 // Every field is required: any request cut short, or with a byte more, is
 // malformed.
 func TestCutAndPaddedRequests(t *testing.T) {
-	for _, r := range valid() {
-		op := opOf(t, r.op)
-		for n := 0; n < len(r.args); n++ {
-			if bad, _ := Serve(op, r.args[:n]); !bad {
-				t.Errorf("%s cut to %d of %d bytes: accepted", r.op, n, len(r.args))
+	for _, r := range Valid() {
+		op := opOf(t, r.Op)
+		for n := 0; n < len(r.Args); n++ {
+			if bad, _ := Serve(op, r.Args[:n]); !bad {
+				t.Errorf("%s cut to %d of %d bytes: accepted", r.Op, n, len(r.Args))
 			}
 		}
-		if bad, _ := Serve(op, append(append(w{}, r.args...), 0)); !bad {
-			t.Errorf("%s with a byte more: accepted", r.op)
+		if bad, _ := Serve(op, append(append(w{}, r.Args...), 0)); !bad {
+			t.Errorf("%s with a byte more: accepted", r.Op)
 		}
 	}
 }
@@ -188,14 +93,14 @@ func TestChangedBytes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("takes many seconds: make test runs it, make check (go test -short) does not")
 	}
-	for _, r := range valid() {
-		op := opOf(t, r.op)
-		for i := range r.args {
-			for _, v := range []byte{0, 1, 0x7f, 0x80, 0xff, r.args[i] ^ 0x20} {
-				a := append(w{}, r.args...)
+	for _, r := range Valid() {
+		op := opOf(t, r.Op)
+		for i := range r.Args {
+			for _, v := range []byte{0, 1, 0x7f, 0x80, 0xff, r.Args[i] ^ 0x20} {
+				a := append(w{}, r.Args...)
 				a[i] = v
 				if bad, out := Serve(op, a); !bad {
-					checkReply(t, r.op, out)
+					checkReply(t, r.Op, out)
 				}
 			}
 		}
@@ -203,8 +108,8 @@ func TestChangedBytes(t *testing.T) {
 }
 
 func FuzzServe(f *testing.F) {
-	for _, r := range valid() {
-		f.Add(opOf(f, r.op), []byte(r.args))
+	for _, r := range Valid() {
+		f.Add(opOf(f, r.Op), []byte(r.Args))
 	}
 	f.Fuzz(func(t *testing.T, op uint16, args []byte) {
 		if bad, out := Serve(op, args); !bad {
@@ -426,5 +331,32 @@ func TestIPCHandles(t *testing.T) {
 		if r := open(c.h); r != invalidValue {
 			t.Errorf("opened with %s: answered %d, want %d", c.what, r, invalidValue)
 		}
+	}
+}
+
+// The native fuzzer's inputs, run here: its seeds, each request of which is
+// answered (the frames and records as the executor and run_input read
+// them), and what it found (testdata/native), none of which may abort.
+func TestNativeInputs(t *testing.T) {
+	seeds, err := Seeds()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, in := range seeds {
+		want := 1
+		if strings.Contains(name, "all") {
+			want = len(Valid())
+		}
+		if got := Run(in); got != want {
+			t.Errorf("seed %s: %d requests answered, want %d", name, got, want)
+		}
+	}
+	found, _ := filepath.Glob("testdata/native/*")
+	for _, f := range found {
+		in, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		Run(in)
 	}
 }
