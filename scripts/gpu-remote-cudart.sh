@@ -16,7 +16,8 @@
 # launch's parameters packed in one buffer (extra), occupancy with a host
 # callback, the profiler's range, stream attributes and cuCtxCreate_v4
 # through the runtime and -lcuda (families), green contexts on a group of
-# the SMs (greenctx), graphs built node by node
+# the SMs (greenctx), every pointer attribute of every kind of memory, a
+# pool made and a graph's debug print (pointers), graphs built node by node
 # with every kind of node (graphs), a
 # cuBLAS program with stream capture (cublas), PyTorch training
 # (torch-train: losses bit for bit, throughput over native, and with
@@ -159,6 +160,9 @@ jaxout() { grep '^jax ' "$1"; }
 cupyout() { grep '^cupy: ' "$1"; }
 # What a program printed but its "how: " lines (what may differ remotely).
 nohow() { grep -v '^how: ' "$1"; }
+# Pointer attributes but GPUDirect RDMA and hardware decompression (15,
+# 21), which a remote program does not have: the server's driver says so.
+nordma() { sed -E 's/ (15|21)=[^ ]+//g' "$1"; }
 losses() { python3 -c 'import json,sys; print([json.loads(l)["losses"] for l in open(sys.argv[1]) if l.startswith("{")])' "$1"; }
 
 same vectoradd-static whole "$tmp/vectoradd_static" 25
@@ -191,6 +195,8 @@ cu managedvar scripts/gpu/managedvar.cu
 cu graphs scripts/gpu/graphs.cu
 cu extra scripts/gpu/extra.cu -lcuda
 cu families scripts/gpu/families.cu -lcuda
+# Pointer attributes of every kind of memory, a pool made, a graph printed.
+FILTER=nordma cu pointers scripts/gpu/pointers.cu -lcuda
 cu greenctx scripts/gpu/greenctx.cu -lcuda
 cu cublas scripts/gpu/cublas_capture.cu -lcublas
 if ! wanted torch-train && ! wanted torch-trips && ! wanted torch-segments; then
