@@ -122,18 +122,23 @@ uint64_t name_of(int kind, uint64_t v)
     return v;
 }
 
+// The reply frame in one piece: its tail (large results) appended.
+static void whole(struct fgr_buf *out)
+{
+    const void *tail = out->tail;
+    size_t k = out->tail_len;
+    out->tail = NULL;
+    out->tail_len = 0;
+    fgr_put_bytes(out, tail, k);
+}
+
 // serve_one: 1 when the request is malformed, else 0 with the reply in *out.
 int serve_one(unsigned op, const void *p, size_t n, struct fgr_buf *out)
 {
     struct fgr_rd rd = {p, n, 0};
     if (fgr_serve(op, &rd, out, CUDA_SUCCESS) != NULL)
         return 1;
-    // The whole frame in one piece: its tail (large results) appended.
-    const void *tail = out->tail;
-    size_t k = out->tail_len;
-    out->tail = NULL;
-    out->tail_len = 0;
-    fgr_put_bytes(out, tail, k);
+    whole(out);
     return 0;
 }
 
@@ -165,11 +170,7 @@ int serve_frame(const uint8_t *frame, size_t n, struct fgr_buf *out)
     fgr_journal_end(bad ? CUDA_ERROR_INVALID_VALUE : fgr_reply_result(out));
     if (bad)
         return 1;
-    const void *tail = out->tail;
-    size_t k = out->tail_len;
-    out->tail = NULL;
-    out->tail_len = 0;
-    fgr_put_bytes(out, tail, k);
+    whole(out);
     return 0;
 }
 

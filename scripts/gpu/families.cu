@@ -24,15 +24,6 @@
 extern "C" CUresult CUDAAPI cuProfilerStart(void);
 extern "C" CUresult CUDAAPI cuProfilerStop(void);
 
-#define RT(call)                                                                               \
-    do {                                                                                       \
-        cudaError_t e_ = (call);                                                               \
-        if (e_ != cudaSuccess) {                                                               \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorName(e_)); \
-            exit(1);                                                                           \
-        }                                                                                      \
-    } while (0)
-
 // Reverses each block's elements through shared memory, plus one.
 __global__ void fillk(unsigned *p, unsigned v, int n)
 {

@@ -9,29 +9,13 @@
 // remotely can be compared with the output natively
 // (scripts/gpu-remote-cudart.sh).
 //     nvcc -O2 -o pointers pointers.cu -lcuda
-#include <cuda.h>
-#include <cuda_runtime.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-#define RT(call)                                                                                     \
-    do {                                                                                             \
-        cudaError_t e_ = (call);                                                                     \
-        if (e_ != cudaSuccess) {                                                                     \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorName(e_));      \
-            exit(1);                                                                                 \
-        }                                                                                            \
-    } while (0)
-
-static const char *name(CUresult r)
-{
-    const char *s = "?";
-    cuGetErrorName(r, &s);
-    return s;
-}
+#include "driver_check.h"
 
 __global__ void dot_kernel(float *p) { p[threadIdx.x] += 1.0f; }
 

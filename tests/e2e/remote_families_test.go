@@ -43,16 +43,19 @@ func TestRemoteFamiliesMatchLocal(t *testing.T) {
 			t.Errorf("locally, lacks %q:\n%s", want, local.stdout)
 		}
 	}
+	sameRemotely(t, local, "families")
+}
+
+// sameRemotely runs a client over each transport: it must exit 0 and print
+// what it printed locally.
+func sameRemotely(t *testing.T, local result, name string, args ...string) {
 	for _, transport := range []string{"shm", "unix", "tcp"} {
 		t.Run(transport, func(t *testing.T) {
 			e := newEnv(t)
 			s := e.serve(transport)
-			got := e.remote(s, "families")
-			if got.code != 0 {
-				t.Fatalf("exit %d\n%s%s", got.code, got.stdout, got.stderr)
-			}
-			if got.stdout != local.stdout {
-				t.Errorf("remotely printed\n%s\nlocally\n%s\nstderr:\n%s", got.stdout, local.stdout, got.stderr)
+			got := e.remote(s, name, args...)
+			if got.code != 0 || got.stdout != local.stdout {
+				t.Errorf("remotely exit %d, printed\n%s\nlocally\n%s\nstderr:\n%s", got.code, got.stdout, local.stdout, got.stderr)
 			}
 		})
 	}
@@ -337,14 +340,5 @@ func TestRemotePointersMatchLocal(t *testing.T) {
 			t.Errorf("locally, lacks %q:\n%s", want, local.stdout)
 		}
 	}
-	for _, transport := range []string{"shm", "unix", "tcp"} {
-		t.Run(transport, func(t *testing.T) {
-			e := newEnv(t)
-			s := e.serve(transport)
-			got := e.remote(s, "families", "pointers")
-			if got.code != 0 || got.stdout != local.stdout {
-				t.Errorf("remotely exit %d, printed\n%s\nlocally\n%s\nstderr:\n%s", got.code, got.stdout, local.stdout, got.stderr)
-			}
-		})
-	}
+	sameRemotely(t, local, "families", "pointers")
 }
