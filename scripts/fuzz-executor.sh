@@ -29,7 +29,7 @@ cd "$ROOT"
 FUZZERS=${FUZZERS:-libfuzzer afl}
 for f in $FUZZERS; do
     case $f in
-    libfuzzer) command -v clang >/dev/null || { echo "libfuzzer: clang is needed (Debian: clang libclang-rt-dev)" >&2; exit 2; } ;;
+    libfuzzer) command -v clang >/dev/null || { echo "libfuzzer: clang with its libFuzzer runtime is needed (Debian 12: clang libclang-rt-14-dev)" >&2; exit 2; } ;;
     afl) command -v afl-clang-fast >/dev/null && command -v afl-fuzz >/dev/null ||
         { echo "afl: AFL++ is needed (Debian: afl++)" >&2; exit 2; } ;;
     *) echo "FUZZERS: $f is none of libfuzzer, afl" >&2; exit 2 ;;
