@@ -296,10 +296,12 @@ void fgr_in_reset(void);
 void fgr_in_n(int kind, void *arr, uint64_t n);
 int fgr_out_n(int kind, void *arr, uint64_t n);
 /* fgr_out_n of one handle the driver answered of something the connection
- * reaches (the pool a pointer's memory came from, the device's default
- * one): recorded first, owned by nothing, when the connection was not
- * given it yet. */
+ * reaches (the pool a pointer's memory came from): a device's default
+ * pool the connection was not given yet is its from now on, owned by
+ * nothing, as cuDeviceGetDefaultMemPool would have given it (fgr_own_init:
+ * the driver's calls for it). */
 int fgr_out_adopt(int kind, void *p);
+void fgr_own_init(void *driver);
 /* fgr_names_new_key fills the key names are enciphered with: 0, or -1 when no
  * entropy could be had. */
 int fgr_names_new_key(uint32_t k[4]);

@@ -680,6 +680,7 @@ int main(int argc, char **argv)
     fgr_real[FGR_OP_fgrCtxCreateAffinity] = real_ctx_create_v4 ? (void *)ctx_create_affinity : NULL;
     *(void **)&real_potential = dlsym(h, "cuOccupancyMaxPotentialBlockSizeWithFlags");
     fgr_real[FGR_OP_fgrOccupancyBlockSize] = real_potential ? (void *)occupancy_block_size : NULL;
+    fgr_own_init(h);
     fgr_hostmem_init(h);
     fgr_wait_init(h);
     fgr_stage_init(h);

@@ -7,6 +7,7 @@
  * it too, as the driver frees it. */
 #include "executor.h"
 
+#include <dlfcn.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -480,12 +481,37 @@ int fgr_out_n(int kind, void *arr, uint64_t n)
     return bad ? -1 : 0;
 }
 
+static CUresult (*default_pool)(CUmemoryPool *, CUdevice);
+static CUresult (*device_count)(int *);
+
+void fgr_own_init(void *driver)
+{
+    *(void **)&default_pool = dlsym(driver, "cuDeviceGetDefaultMemPool");
+    *(void **)&device_count = dlsym(driver, "cuDeviceGetCount");
+}
+
+/* A device's default pool, which a stream-ordered allocation of the
+ * connection came from, is adopted as cuDeviceGetDefaultMemPool would give
+ * it, which is what a move makes again. */
 int fgr_out_adopt(int kind, void *p)
 {
     uint64_t v;
     memcpy(&v, p, 8);
-    if (v && !find(kind, v))
-        fgr_add(kind, v, 0, 0);
+    int n = 0, d = 0;
+    if (v && !find(kind, v) && kind == FGR_H_CUmemoryPool && default_pool && device_count &&
+        device_count(&n) == CUDA_SUCCESS) {
+        CUmemoryPool q = NULL;
+        while (d < n && (default_pool(&q, d) != CUDA_SUCCESS || (uint64_t)(uintptr_t)q != v))
+            d++;
+        if (d < n) {
+            uint8_t args[9] = {0};
+            for (int i = 0; i < 8; i++)
+                args[i] = (uint8_t)((uint64_t)d >> (8 * i));
+            args[8] = 1;
+            fgr_journal_as(FGR_OP_cuDeviceGetDefaultMemPool, args, sizeof args);
+            fgr_add(kind, v, 0, 0);
+        }
+    }
     return fgr_out_n(kind, p, 1);
 }
 

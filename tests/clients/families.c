@@ -210,6 +210,17 @@ static int pointers(void)
         printf(", freed %s", result_name(cuMemFreeAsync(p, st)));
     printf(", destroyed %s\n", result_name(cuMemPoolDestroy(pool)));
     CHECK(cuStreamSynchronize(st));
+    /* The pool a stream-ordered allocation came from: the device's
+     * default one, which the program never asked for. */
+    CUdeviceptr q;
+    CUmemoryPool of = NULL, dflt;
+    CHECK(cuMemAllocAsync(&q, 256, st));
+    r = cuPointerGetAttribute(&of, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, q);
+    CHECK(cuDeviceGetDefaultMemPool(&dflt, 0));
+    printf("a stream-ordered allocation's pool: %s, %s\n", result_name(r),
+           of == dflt ? "the device's default" : of ? "another" : "none");
+    CHECK(cuMemFreeAsync(q, st));
+    CHECK(cuStreamSynchronize(st));
 
     /* A captured kernel's graph printed into a file, which is read back. */
     CUmodule mod;

@@ -14,10 +14,11 @@
  * meanwhile), then removes both for the next hold; "busy" asks a stream
  * about its work while it waits, so that a move in two steps ends then;
  * "grow" makes an event before each question and destroys it after;
- * "pool" makes a pool of its own the device's current one, each step
- * allocating from it (cuMemAllocAsync, the step before's freed) and checking
- * that it is still current, its threshold kept and the step's allocation in
- * it; "hostfn" enqueues a host function and launches a graph of a host node
+ * "pool" asks which pool a stream-ordered allocation came from (the
+ * device's default one, never asked for), then makes a pool of its own the
+ * device's current one, each step allocating from it (cuMemAllocAsync, the
+ * step before's freed) and checking that it is still current, its
+ * threshold kept and the step's allocation in it; "hostfn" enqueues a host function and launches a graph of a host node
  * each step, and checks that each ran once a step. It
  * prints each check's sum, so a moved run's output equals an unmoved one's.
  */
@@ -158,6 +159,14 @@ int main(int argc, char **argv)
     unsigned pwords = 4096;
     cuuint64_t threshold = 3u << 20;
     if (pooled) {
+        /* The device's default pool, named only by a pointer attribute of
+         * memory from it: a move makes that name again. */
+        CUdeviceptr first;
+        CUmemoryPool of = NULL;
+        CHECK(cuMemAllocAsync(&first, 256, s));
+        CHECK(cuPointerGetAttribute(&of, CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE, first));
+        CHECK(cuMemFreeAsync(first, s));
+        CHECK(cuStreamSynchronize(s));
         CUmemPoolProps pp;
         memset(&pp, 0, sizeof pp);
         pp.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;

@@ -331,6 +331,7 @@ func TestRemotePointersMatchLocal(t *testing.T) {
 		"managed: CUDA_SUCCESS, context the current, type 2, device pointer itself, host pointer itself, managed 1, ordinal 0",
 		"pageable: CUDA_SUCCESS, context none, type 0, device pointer none, host pointer itself, managed 0, ordinal -2; the type alone: CUDA_ERROR_INVALID_VALUE 0\n",
 		"a device pool made: CUDA_SUCCESS, an address, freed CUDA_SUCCESS, destroyed CUDA_SUCCESS\n",
+		"a stream-ordered allocation's pool: CUDA_SUCCESS, the device's default\n",
 		"cuGraphDebugDotPrint: CUDA_SUCCESS, with the kernel's name\n",
 		"cuGraphDebugDotPrint verbose: CUDA_SUCCESS, with the kernel's name, longer than plain\n",
 		"cuGraphDebugDotPrint into a folder that does not exist: CUDA_ERROR_OPERATING_SYSTEM, of no graph: CUDA_ERROR_INVALID_VALUE, to no path: CUDA_ERROR_INVALID_VALUE\n",

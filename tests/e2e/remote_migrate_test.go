@@ -173,7 +173,9 @@ func TestRemoteMigrateHostFunctions(t *testing.T) {
 // A program that made a pool of its own the device's current one keeps it
 // when it moves, and when it goes on at a failover server: its later
 // allocations come from that pool (cuDeviceGetMemPool names it, its
-// threshold is kept, its used bytes count them) with every byte right.
+// threshold is kept, its used bytes count them) with every byte right. The
+// device's default pool, which it named only through a pointer attribute,
+// is made again as cuDeviceGetDefaultMemPool gives it.
 func TestRemoteMoveKeepsTheCurrentPool(t *testing.T) {
 	e := newEnv(t)
 	local := runsLocally(t, e, []string{"mover", "6", "0", "none", "none", "pool"}, "done")
