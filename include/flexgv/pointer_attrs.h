@@ -100,7 +100,9 @@ static inline CUresult fg_pointer_attr(int attr, void *data, CUdeviceptr ptr, co
     case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES: v = 0; break;
     case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS: v = CU_MEM_ACCESS_FLAGS_PROT_READWRITE; break;
     case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: v = (uintptr_t)f->pool; break;
-    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: v = (f->size + f->mapping - 1) / f->mapping * f->mapping; break;
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE:
+        v = f->mapping ? (f->size + f->mapping - 1) / f->mapping * f->mapping : f->size;
+        break;
     default: return CUDA_ERROR_INVALID_VALUE;
     }
     if (fg_pointer_attr_size(attr) == sizeof(int)) {
