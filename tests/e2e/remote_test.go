@@ -353,7 +353,7 @@ func TestRemoteClientKilled(t *testing.T) {
 				t.Fatalf("fill printed no total\n%s", errb.String())
 			}
 			if !alive(pid) {
-				t.Fatalf("executor %d is gone before its client", pid)
+				t.Fatalf("executor %d is gone before its client\nthe client said:\n%s\nthe server:\n%s", pid, errb.String(), s.Log())
 			}
 			cmd.Process.Signal(syscall.SIGKILL)
 			cmd.Wait()
