@@ -60,7 +60,7 @@ func TestRemoteFailover(t *testing.T) {
 				if p.code != 0 || p.stdout != local.stdout {
 					t.Errorf("the program: exit %d\n%s\nwant\n%s\n%s", p.code, p.stdout, local.stdout, p.stderr)
 				}
-				if !strings.Contains(p.stderr, "checkpoint 1 on the failover server "+b.addr+" (in one step;") ||
+				if !strings.Contains(p.stderr, "checkpoint 1 on the failover server "+b.addr+" (in one step") ||
 					!strings.Contains(p.stderr, "going on at "+b.addr) {
 					t.Errorf("the program did not say it went on at %s:\n%s", b.addr, p.stderr)
 				}
