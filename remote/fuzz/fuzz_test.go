@@ -142,6 +142,10 @@ func TestForeignHandlesAndAddressesRefused(t *testing.T) {
 		{"a module by the driver's value", "cuModuleGetFunction", w{}.u64(7).u8(1).u8(1).u64(4).raw("abc\x00"), invalidHandle},
 		{"a context by the driver's value", "xt_ctx_51", w{}.u64(3).u64(0).u64(0).u8(1), 201}, // CUDA_ERROR_INVALID_CONTEXT
 		{"a module by a function's name", "cuModuleGetFunction", w{}.u64(h.Function).u8(1).u8(1).u64(4).raw("abc\x00"), invalidHandle},
+		// A name is 16-byte aligned below 2^46: the same bits otherwise are
+		// no name.
+		{"a module's name off its alignment", "cuModuleGetFunction", w{}.u64(h.Module + 8).u8(1).u8(1).u64(4).raw("abc\x00"), invalidHandle},
+		{"a module's name past 2^46", "cuModuleGetFunction", w{}.u64(h.Module | 1<<50).u8(1).u8(1).u64(4).raw("abc\x00"), invalidHandle},
 		{"an address outside every allocation", "cuMemcpyDtoH_v2", w{}.u64(0x7f0000005000).u64(16).u8(1), invalidValue},
 		{"a copy running past its allocation", "cuMemcpyHtoD_v2", w{}.u64(0x10ff8).u64(16).u8(1).u64(16).raw("0123456789abcdef"), invalidValue},
 		{"a memset running past its allocation", "cuMemsetD32_v2", w{}.u64(0x10ff0).u64(0).u64(8), invalidValue},
