@@ -26,9 +26,10 @@ func (e *env) capSpinWith(api string, flags ...string) spin {
 	return s
 }
 
-// capBand checks a lone spinner against the cap it ran under, in percent of the host's time (a cap's bucket earns on the
-// host's clock; the simulated GPU's clock stands still while a late
-// waiter is not yet running, which the cap does not know of).
+// capBand checks a lone spinner (run runs it) against the cap it ran
+// under, in percent of the host's time (a cap's bucket earns on the host's
+// clock; the simulated GPU's clock stands still while a late waiter is not
+// yet running, which the cap does not know of).
 //   - At most the cap and 2 points: the 5 ms burst a tenant may bank is
 //     half a point of a second, a kernel launched on credit a tenth, and a
 //     busy period between samples is paid at the last sample's ratio.
@@ -37,18 +38,36 @@ func (e *env) capSpinWith(api string, flags ...string) spin {
 //     device time it would have launched in that ms (cap of it) and that
 //     ms again, paid for a completion it saw that much late (the bucket
 //     pays the host's view between samples): (1 + cap) x its delay.
-func capBand(t *testing.T, what string, s spin, want float64) {
+//
+// What the host took is its run-queue delay; a virtual machine's host can
+// also stop the vCPU, which the guest does not see (a Firecracker guest
+// reports no steal time). So a run under the lower bound is run once more:
+// the cap holding a program back fails both, a stolen 100 ms fails one.
+// The upper bound, which no host delay excuses, holds for every run.
+func capBand(t *testing.T, what string, run func() spin, want float64) {
 	t.Helper()
-	if s.wallMs <= 0 {
-		t.Fatalf("a lone spinner %s reported no time: %+v", what, s)
-	}
-	share := s.share * s.elapsedMs / s.wallMs // its kernels' device time over the host's
-	lost := (1 + want/100) * s.delayedMs * 100 / s.wallMs
-	t.Logf("%s: %.1f%% of the host's %.0f ms (%d kernels), %.0f ms of it delayed (up to %.1f points lost)",
-		what, share, s.wallMs, s.kernels, s.delayedMs, lost)
-	if share < want-2-lost || share > want+2 {
-		t.Errorf("a lone spinner %s got %.1f%% of the device over the host's %.0f ms (%d kernels), want %.0f%% + 2, - 2 - %.1f for %.0f ms the host delayed it",
-			what, share, s.wallMs, s.kernels, want, lost, s.delayedMs)
+	for try := 1; ; try++ {
+		s := run()
+		if s.wallMs <= 0 {
+			t.Fatalf("a lone spinner %s reported no time: %+v", what, s)
+		}
+		share := s.share * s.elapsedMs / s.wallMs // its kernels' device time over the host's
+		lost := (1 + want/100) * s.delayedMs * 100 / s.wallMs
+		t.Logf("%s: %.1f%% of the host's %.0f ms (%d kernels), %.0f ms of it delayed (up to %.1f points lost)",
+			what, share, s.wallMs, s.kernels, s.delayedMs, lost)
+		if share > want+2 {
+			t.Errorf("a lone spinner %s got %.1f%% of the device over the host's %.0f ms (%d kernels), want at most %.0f%% + 2",
+				what, share, s.wallMs, s.kernels, want)
+			return
+		}
+		if share >= want-2-lost {
+			return
+		}
+		if try == 2 {
+			t.Errorf("a lone spinner %s got %.1f%% of the device over the host's %.0f ms (%d kernels) twice, want %.0f%% - 2 - %.1f for %.0f ms the host delayed it",
+				what, share, s.wallMs, s.kernels, want, lost, s.delayedMs)
+			return
+		}
 	}
 }
 
@@ -63,7 +82,7 @@ func TestComputeMaxCapsAnIdleDevice(t *testing.T) {
 		{[]string{"--compute-max", "30%"}, 30},
 		{[]string{"--compute-max", "0=50"}, 50},
 	} {
-		capBand(t, fmt.Sprintf("under %v", c.flags), newEnv(t).capSpin(c.flags...), c.want)
+		capBand(t, fmt.Sprintf("under %v", c.flags), func() spin { return newEnv(t).capSpin(c.flags...) }, c.want)
 	}
 	if s := newEnv(t).capSpin(); s.share < 99-awakeLoss(s) {
 		t.Errorf("a lone spinner without a cap got %.1f%% of the device (%d kernels), want ≥ 99%% - %.1f (host delays)",
@@ -76,7 +95,7 @@ func TestComputeMaxCapsAnIdleDevice(t *testing.T) {
 func TestComputeMaxCapsEveryLaunchPath(t *testing.T) {
 	t.Parallel()
 	for _, api := range []string{"ex", "ptsz", "graph"} {
-		capBand(t, "launching with "+api+" under --compute-max 30%", newEnv(t).capSpinWith(api, "--compute-max", "30%"), 30)
+		capBand(t, "launching with "+api+" under --compute-max 30%", func() spin { return newEnv(t).capSpinWith(api, "--compute-max", "30%") }, 30)
 	}
 }
 
@@ -101,7 +120,7 @@ func lateSpin(t *testing.T, kernelUS, gapUS string) spin {
 // still gets its 30 %. Charged to when it looked, it got 15 %.
 func TestComputeMaxPaysDeviceTimeNotTheHosts(t *testing.T) {
 	t.Parallel()
-	capBand(t, "asleep 2 ms after each launch before it synchronizes, under --compute-max 30%", lateSpin(t, "1000", "2000"), 30)
+	capBand(t, "asleep 2 ms after each launch before it synchronizes, under --compute-max 30%", func() spin { return lateSpin(t, "1000", "2000") }, 30)
 }
 
 // Device time is sampled: a busy period bracketed by timed events once a
@@ -111,7 +130,7 @@ func TestComputeMaxPaysDeviceTimeNotTheHosts(t *testing.T) {
 // 30 %; charged the host's view between samples, it got 17 %.
 func TestComputeMaxSamplesDeviceTime(t *testing.T) {
 	t.Parallel()
-	capBand(t, "with 200 µs kernels seen done 0.5 ms after their launch, under --compute-max 30%", lateSpin(t, "200", "400"), 30)
+	capBand(t, "with 200 µs kernels seen done 0.5 ms after their launch, under --compute-max 30%", func() spin { return lateSpin(t, "200", "400") }, 30)
 }
 
 // A capped loop that synchronizes its stream after each launch begins a

@@ -421,12 +421,14 @@ func TestDaemonHoldsComputeCaps(t *testing.T) {
 	if len(infos) != 1 || infos[0].Name != "c" || infos[0].Devices[0].ComputeMax != 3000 || infos[0].Devices[0].Quota != 0 {
 		t.Fatalf("the group after its run, through the daemon: %+v", infos)
 	}
-	r := e.run("flexgv", "run", "--group", "c", "--", bin("spinner"), "1000", "1", "16")
-	var s spin
-	if lines := strings.Split(strings.TrimSpace(r.stdout), "\n"); r.code != 0 || len(lines) != 2 || !parseSpin(t, lines[1], &s) {
-		t.Fatalf("a run joining the capped group by name: %+v", r)
-	}
-	capBand(t, "joining the capped group by name", s, 30)
+	capBand(t, "joining the capped group by name", func() spin {
+		r := e.run("flexgv", "run", "--group", "c", "--", bin("spinner"), "1000", "1", "16")
+		var s spin
+		if lines := strings.Split(strings.TrimSpace(r.stdout), "\n"); r.code != 0 || len(lines) != 2 || !parseSpin(t, lines[1], &s) {
+			t.Fatalf("a run joining the capped group by name: %+v", r)
+		}
+		return s
+	}, 30)
 	if r := e.run("flexgv", "rm", "c"); r.code != 0 {
 		t.Errorf("rm: %+v", r)
 	}

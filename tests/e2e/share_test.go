@@ -201,7 +201,9 @@ func TestAShareIsWorkConserving(t *testing.T) {
 	if r.share < 95-awakeLoss(r) {
 		t.Errorf("a lone tenant under --compute 30%% got %.1f%% of the device, want ≥ 95%% - %.1f (host delays)", r.share, awakeLoss(r))
 	}
-	capBand(t, "under --compute 30% --compute-max 40%", e.spinAll("1", []string{"--compute", "30%", "--compute-max", "40%"})[0], 40)
+	capBand(t, "under --compute 30% --compute-max 40%", func() spin {
+		return e.spinAll("1", []string{"--compute", "30%", "--compute-max", "40%"})[0]
+	}, 40)
 }
 
 // A high-priority tenant runs as if alone next to a low-priority one, which
