@@ -75,19 +75,21 @@ func capBand(t *testing.T, what string, run func() spin, want float64) {
 // is idle; uncapped, it gets all of it but what its host idled (awakeLoss).
 func TestComputeMaxCapsAnIdleDevice(t *testing.T) {
 	t.Parallel()
-	for _, c := range []struct {
-		flags []string
-		want  float64
-	}{
-		{[]string{"--compute-max", "30%"}, 30},
-		{[]string{"--compute-max", "0=50"}, 50},
-	} {
-		capBand(t, fmt.Sprintf("under %v", c.flags), func() spin { return newEnv(t).capSpin(c.flags...) }, c.want)
-	}
-	if s := newEnv(t).capSpin(); s.share < 99-awakeLoss(s) {
-		t.Errorf("a lone spinner without a cap got %.1f%% of the device (%d kernels), want ≥ 99%% - %.1f (host delays)",
-			s.share, s.kernels, awakeLoss(s))
-	}
+	hostBound(t, func(hc *hostCheck) {
+		for _, c := range []struct {
+			flags []string
+			want  float64
+		}{
+			{[]string{"--compute-max", "30%"}, 30},
+			{[]string{"--compute-max", "0=50"}, 50},
+		} {
+			capBand(t, fmt.Sprintf("under %v", c.flags), func() spin { return newEnv(t).capSpin(c.flags...) }, c.want)
+		}
+		if s := newEnv(t).capSpin(); s.share < 99-awakeLoss(s) {
+			hc.Errorf("a lone spinner without a cap got %.1f%% of the device (%d kernels), want ≥ 99%% - %.1f (host delays)",
+				s.share, s.kernels, awakeLoss(s))
+		}
+	})
 }
 
 // Every launch path is capped: cuLaunchKernelEx, the per-thread-stream

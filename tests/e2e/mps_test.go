@@ -311,29 +311,31 @@ func TestDaemonMPSTimeoutFlag(t *testing.T) {
 // waiting for the other), where taking turns would give each half as many
 // kernels. Two on all the SMs share them and each runs at half speed.
 func TestMPSClientsRunAtOnce(t *testing.T) {
-	long(t)
-	e, dir := newMPSEnv(t)
-	startMPS(t, e, dir)
-	// Each spinner's share counts its kernels as 1 ms: running at once,
-	// twice as long each, they fill 50 % of its device time; in turns,
-	// 25 %: 45 % at least, less what its host idled (awakeLoss), and 50.5
-	// at most, more what the other's host idled (a client alone on all the
-	// SMs runs at full speed). A kernel's latency from when its stream
-	// reached it is its 2 ms, whatever the host does.
-	for _, flags := range [][]string{{"--sm", "50%"}, {"--mem", "1GiB"}} {
-		a := e.spinnerUnder(flags, "1000", "1", "4")
-		b := e.spinnerUnder(flags, "1000", "1", "4")
-		a.start()
-		b.start()
-		ra, rb := a.result(), b.result()
-		for _, p := range [][2]spin{{ra, rb}, {rb, ra}} {
-			s, other := p[0], p[1]
-			if s.share < 45-awakeLoss(s) || s.share > 50.5+awakeLoss(other) || s.p50 < 1900 || s.p99 > 2100 {
-				t.Errorf("two spinners %v under MPS: %.1f%% (in 1 ms kernels; %d kernels), p50 %.0f µs, p99 %.0f µs; want 45 - %.1f to 50.5 + %.1f %% (host delays), p50 from 1900, p99 at most 2100",
-					flags, s.share, s.kernels, s.p50, s.p99, awakeLoss(s), awakeLoss(other))
+	hostBound(t, func(hc *hostCheck) {
+		long(t)
+		e, dir := newMPSEnv(t)
+		startMPS(t, e, dir)
+		// Each spinner's share counts its kernels as 1 ms: running at once,
+		// twice as long each, they fill 50 % of its device time; in turns,
+		// 25 %: 45 % at least, less what its host idled (awakeLoss), and 50.5
+		// at most, more what the other's host idled (a client alone on all the
+		// SMs runs at full speed). A kernel's latency from when its stream
+		// reached it is its 2 ms, whatever the host does.
+		for _, flags := range [][]string{{"--sm", "50%"}, {"--mem", "1GiB"}} {
+			a := e.spinnerUnder(flags, "1000", "1", "4")
+			b := e.spinnerUnder(flags, "1000", "1", "4")
+			a.start()
+			b.start()
+			ra, rb := a.result(), b.result()
+			for _, p := range [][2]spin{{ra, rb}, {rb, ra}} {
+				s, other := p[0], p[1]
+				if s.share < 45-awakeLoss(s) || s.share > 50.5+awakeLoss(other) || s.p50 < 1900 || s.p99 > 2100 {
+					hc.Errorf("two spinners %v under MPS: %.1f%% (in 1 ms kernels; %d kernels), p50 %.0f µs, p99 %.0f µs; want 45 - %.1f to 50.5 + %.1f %% (host delays), p50 from 1900, p99 at most 2100",
+						flags, s.share, s.kernels, s.p50, s.p99, awakeLoss(s), awakeLoss(other))
+				}
 			}
 		}
-	}
+	})
 }
 
 // Under MPS a lower priority runs beside a higher-priority tenant bound by
@@ -355,151 +357,153 @@ func requestDelay(s spin) float64 {
 }
 
 func TestPriorityRunsBesideAHostBoundHolderUnderMPS(t *testing.T) {
-	long(t)
-	e, dir := newMPSEnv(t)
-	// Requests of 16 kernels of 50 µs, each after 200 µs of host work.
-	eager := []string{"50", "3", "16", "0", "eager", "200"}
-	type run struct {
-		high, low []string // spinner arguments (high: after env's)
-		lowFlags  []string
-		during    func() // called 1.5 s in
-	}
-	pair := func(r run) (spin, spin) {
-		hi := e.clientUnder("env", []string{"--priority", "high"}, r.high...)
-		lo := e.spinnerUnder(append([]string{"--priority", "low"}, r.lowFlags...), r.low...)
-		hi.start()
-		lo.start()
-		if r.during != nil {
-			time.Sleep(1500 * time.Millisecond)
-			r.during()
+	hostBound(t, func(hc *hostCheck) {
+		long(t)
+		e, dir := newMPSEnv(t)
+		// Requests of 16 kernels of 50 µs, each after 200 µs of host work.
+		eager := []string{"50", "3", "16", "0", "eager", "200"}
+		type run struct {
+			high, low []string // spinner arguments (high: after env's)
+			lowFlags  []string
+			during    func() // called 1.5 s in
 		}
-		return hi.result(), lo.result()
-	}
-	spinner := func(args ...string) []string { return append([]string{bin("spinner")}, args...) }
-	// the GPU's scheduler region, and the entry of its tenant of priority p
-	region := func() *sched.GPU {
-		g, err := sched.Read(e.stateDir(), simUUID0)
-		if err != nil || g == nil {
-			t.Fatalf("the scheduler region: %+v, %v", g, err)
-		}
-		return g
-	}
-	tenantAt := func(g *sched.GPU, p uint32) (ts sched.TenantStat) {
-		for _, x := range g.Tenants {
-			if x.Policy.Priority == p {
-				ts = x
+		pair := func(r run) (spin, spin) {
+			hi := e.clientUnder("env", []string{"--priority", "high"}, r.high...)
+			lo := e.spinnerUnder(append([]string{"--priority", "low"}, r.lowFlags...), r.low...)
+			hi.start()
+			lo.start()
+			if r.during != nil {
+				time.Sleep(1500 * time.Millisecond)
+				r.during()
 			}
+			return hi.result(), lo.result()
 		}
-		return ts
-	}
-	trainer := []string{"1000", "3", "16"}
-
-	h, l := pair(run{high: spinner(eager...), low: trainer})
-	t.Logf("without MPS: requests p50 %.0f µs, p99 %.0f µs; the low tenant %.1f%% of the device", h.p50, h.p99, l.share)
-	if l.share > 25 {
-		t.Errorf("without MPS the low tenant got %.1f%% of the device beside host-bound requests, want ≤ 25%% (turns)", l.share)
-	}
-
-	startMPS(t, e, dir)
-	alone := e.spinnerUnder([]string{"--priority", "high"}, eager...)
-	alone.start()
-	a := alone.result()
-	// What the region says meanwhile: both are MPS clients, the high
-	// tenant's requests are bound by its host, and the low one, running
-	// beside, is not counted as throttled.
-	// The low tenant's work beside the holder counts as its GPU time, what
-	// `flexgv top` and the metrics show as achieved.
-	started := time.Now()
-	var lowGPU float64
-	h, l = pair(run{high: spinner(eager...), low: trainer, during: func() {
-		lowHeld := func() uint64 { return tenantAt(region(), sched.PriorityLow).HeldNs }
-		from, was := time.Now(), lowHeld()
-		time.Sleep(500 * time.Millisecond)
-		lowGPU = float64(lowHeld()-was) / float64(time.Since(from).Nanoseconds()) * 100
-		g := region()
-		if len(g.Tenants) != 2 {
-			t.Fatalf("the scheduler region: %+v", g)
-		}
-		for _, ts := range g.Tenants {
-			high := ts.Policy.Priority == sched.PriorityHigh
-			if ts.MPSProcs != 1 || (high && ts.HostBound < 0.75) || (!high && time.Duration(ts.WaitedNs) > time.Since(started)/4) {
-				t.Errorf("tenant %s in the region: %d MPS clients, host-bound %.2f, waited %v in %v; want 1, ≥ 0.75 for the high one, the low one waiting little",
-					ts.Name, ts.MPSProcs, ts.HostBound, time.Duration(ts.WaitedNs), time.Since(started))
+		spinner := func(args ...string) []string { return append([]string{bin("spinner")}, args...) }
+		// the GPU's scheduler region, and the entry of its tenant of priority p
+		region := func() *sched.GPU {
+			g, err := sched.Read(e.stateDir(), simUUID0)
+			if err != nil || g == nil {
+				t.Fatalf("the scheduler region: %+v, %v", g, err)
 			}
+			return g
 		}
-	}})
-	t.Logf("under MPS: requests alone p50 %.0f µs, p99 %.0f µs; beside a low tenant p50 %.0f µs, p99 %.0f µs; the low tenant %.1f%% of the device, %.1f%% GPU time in the region",
-		a.p50, a.p99, h.p50, h.p99, l.share, lowGPU)
-	if l.share < 50 {
-		t.Errorf("under MPS the low tenant got %.1f%% of the device beside host-bound requests, want ≥ 50%%", l.share)
-	}
-	// Busy periods are charged when their completion is seen: one seen
-	// late by the low one's host is charged inside the 0.5 s though it
-	// began before, by at most that host's delay.
-	if late := 100 * l.delayedMs / 500; lowGPU < 40 || lowGPU > 101+late {
-		t.Errorf("under MPS the region gave the low tenant beside the holder %.1f%% GPU time over 0.5 s (%.1f%% of the device); want 40–101%% + %.1f (host delays)",
-			lowGPU, l.share, late)
-	}
-	if h.p50 > a.p50+1000+2*requestDelay(h) {
-		t.Errorf("under MPS requests took %.0f µs (p50) beside the low tenant, %.0f µs alone; want within 1 ms + %.0f µs (host delays)",
-			h.p50, a.p50, 2*requestDelay(h))
-	}
+		tenantAt := func(g *sched.GPU, p uint32) (ts sched.TenantStat) {
+			for _, x := range g.Tenants {
+				if x.Policy.Priority == p {
+					ts = x
+				}
+			}
+			return ts
+		}
+		trainer := []string{"1000", "3", "16"}
 
-	// With pauses between requests (a server below its peak rate), the
-	// GPU is not handed to the low tenant at each pause: it runs beside
-	// meanwhile anyway, and taking the GPU back would only cost requests.
-	// Nor are the requests' launches tracked: they go straight through.
-	paused := append(append([]string{}, eager...), "2000")
-	var handed, tracked uint64
-	h, l = pair(run{high: spinner(paused...), low: trainer, during: func() {
-		read := func() (switches, inFlight uint64) {
+		h, l := pair(run{high: spinner(eager...), low: trainer})
+		t.Logf("without MPS: requests p50 %.0f µs, p99 %.0f µs; the low tenant %.1f%% of the device", h.p50, h.p99, l.share)
+		if l.share > 25 {
+			t.Errorf("without MPS the low tenant got %.1f%% of the device beside host-bound requests, want ≤ 25%% (turns)", l.share)
+		}
+
+		startMPS(t, e, dir)
+		alone := e.spinnerUnder([]string{"--priority", "high"}, eager...)
+		alone.start()
+		a := alone.result()
+		// What the region says meanwhile: both are MPS clients, the high
+		// tenant's requests are bound by its host, and the low one, running
+		// beside, is not counted as throttled.
+		// The low tenant's work beside the holder counts as its GPU time, what
+		// `flexgv top` and the metrics show as achieved.
+		started := time.Now()
+		var lowGPU float64
+		h, l = pair(run{high: spinner(eager...), low: trainer, during: func() {
+			lowHeld := func() uint64 { return tenantAt(region(), sched.PriorityLow).HeldNs }
+			from, was := time.Now(), lowHeld()
+			time.Sleep(500 * time.Millisecond)
+			lowGPU = float64(lowHeld()-was) / float64(time.Since(from).Nanoseconds()) * 100
 			g := region()
-			return g.Switches, tenantAt(g, sched.PriorityHigh).InFlight
-		}
-		before, _ := read()
-		for range 20 {
-			time.Sleep(25 * time.Millisecond)
-			_, n := read()
-			tracked = max(tracked, n)
-		}
-		after, _ := read()
-		handed = after - before
-	}})
-	t.Logf("under MPS, requests with 2 ms pauses: p50 %.0f µs, p99 %.0f µs; the low tenant %.1f%%; %d hand-overs in 0.5 s, at most %d of its launches tracked",
-		h.p50, h.p99, l.share, handed, tracked)
-	if handed > 10 || tracked > 0 || l.share < 50 || h.p50 > a.p50+1000+2*requestDelay(h) {
-		t.Errorf("under MPS beside requests with pauses: %d hand-overs in 0.5 s, %d launches tracked, the low tenant %.1f%%, requests p50 %.0f µs (alone %.0f); "+
-			"want at most 10, none, ≥ 50%%, within 1 ms + %.0f µs (host delays) of alone", handed, tracked, l.share, h.p50, a.p50, 2*requestDelay(h))
-	}
-
-	// A holder that is no MPS client (its CUDA looks for no control daemon
-	// where one runs) takes turns with the others: it is not run beside,
-	// even when its tenant's entry says host-bound (as another of its
-	// processes, a client, would have measured).
-	h, l = pair(run{high: append([]string{"CUDA_MPS_PIPE_DIRECTORY=" + t.TempDir()}, spinner(eager...)...), low: trainer,
-		during: func() {
-			schedtest.Open(t, e.stateDir(), simUUID0).SetHostBound(tenantAt(region(), sched.PriorityHigh).Name, 9500)
+			if len(g.Tenants) != 2 {
+				t.Fatalf("the scheduler region: %+v", g)
+			}
+			for _, ts := range g.Tenants {
+				high := ts.Policy.Priority == sched.PriorityHigh
+				if ts.MPSProcs != 1 || (high && ts.HostBound < 0.75) || (!high && time.Duration(ts.WaitedNs) > time.Since(started)/4) {
+					t.Errorf("tenant %s in the region: %d MPS clients, host-bound %.2f, waited %v in %v; want 1, ≥ 0.75 for the high one, the low one waiting little",
+						ts.Name, ts.MPSProcs, ts.HostBound, time.Duration(ts.WaitedNs), time.Since(started))
+				}
+			}
 		}})
-	t.Logf("under MPS, a high tenant that is no client: the low tenant %.1f%%", l.share)
-	if l.share > 25 {
-		t.Errorf("beside a high tenant that is no MPS client the low one got %.1f%% of the device, want ≤ 25%% (turns)", l.share)
-	}
-	// Nor is a capped tenant run beside: it waits for its turn.
-	h, l = pair(run{high: spinner(eager...), low: trainer, lowFlags: []string{"--compute-max", "50%"}})
-	t.Logf("under MPS, a low tenant capped at 50%%: %.1f%%", l.share)
-	if l.share > 25 {
-		t.Errorf("a low tenant capped at 50%% got %.1f%% of the device beside host-bound requests, want ≤ 25%% (turns)", l.share)
-	}
+		t.Logf("under MPS: requests alone p50 %.0f µs, p99 %.0f µs; beside a low tenant p50 %.0f µs, p99 %.0f µs; the low tenant %.1f%% of the device, %.1f%% GPU time in the region",
+			a.p50, a.p99, h.p50, h.p99, l.share, lowGPU)
+		if l.share < 50 {
+			t.Errorf("under MPS the low tenant got %.1f%% of the device beside host-bound requests, want ≥ 50%%", l.share)
+		}
+		// Busy periods are charged when their completion is seen: one seen
+		// late by the low one's host is charged inside the 0.5 s though it
+		// began before, by at most that host's delay.
+		if late := 100 * l.delayedMs / 500; lowGPU < 40 || lowGPU > 101+late {
+			hc.Errorf("under MPS the region gave the low tenant beside the holder %.1f%% GPU time over 0.5 s (%.1f%% of the device); want 40–101%% + %.1f (host delays)",
+				lowGPU, l.share, late)
+		}
+		if h.p50 > a.p50+1000+2*requestDelay(h) {
+			hc.Errorf("under MPS requests took %.0f µs (p50) beside the low tenant, %.0f µs alone; want within 1 ms + %.0f µs (host delays)",
+				h.p50, a.p50, 2*requestDelay(h))
+		}
 
-	// A GPU-bound high tenant (1 ms kernels, each waited for) is not run
-	// beside: the low one has the device once it is done, half its run.
-	// What the host keeps the high one from running is idle the shim sees
-	// and lends (lendLoss).
-	h, l = pair(run{high: spinner("1000", "1.5", "1"), low: trainer})
-	t.Logf("under MPS, GPU-bound high: %.1f%%, p99 %.0f µs, %.0f of %.0f ms delayed by its host; the low tenant %.1f%%",
-		h.share, h.p99, h.delayedMs, h.wallMs, l.share)
-	if l.share > 65+lendLoss(h, l) || h.share < 80-lendLoss(h, h) {
-		t.Errorf("under MPS beside a GPU-bound high tenant (%.1f%%, ≥ 80 - %.1f) the low one got %.1f%% of its run, want ≤ 65%% + %.1f (only once it is done, or while the host delays it)",
-			h.share, lendLoss(h, h), l.share, lendLoss(h, l))
-	}
+		// With pauses between requests (a server below its peak rate), the
+		// GPU is not handed to the low tenant at each pause: it runs beside
+		// meanwhile anyway, and taking the GPU back would only cost requests.
+		// Nor are the requests' launches tracked: they go straight through.
+		paused := append(append([]string{}, eager...), "2000")
+		var handed, tracked uint64
+		h, l = pair(run{high: spinner(paused...), low: trainer, during: func() {
+			read := func() (switches, inFlight uint64) {
+				g := region()
+				return g.Switches, tenantAt(g, sched.PriorityHigh).InFlight
+			}
+			before, _ := read()
+			for range 20 {
+				time.Sleep(25 * time.Millisecond)
+				_, n := read()
+				tracked = max(tracked, n)
+			}
+			after, _ := read()
+			handed = after - before
+		}})
+		t.Logf("under MPS, requests with 2 ms pauses: p50 %.0f µs, p99 %.0f µs; the low tenant %.1f%%; %d hand-overs in 0.5 s, at most %d of its launches tracked",
+			h.p50, h.p99, l.share, handed, tracked)
+		if handed > 10 || tracked > 0 || l.share < 50 || h.p50 > a.p50+1000+2*requestDelay(h) {
+			t.Errorf("under MPS beside requests with pauses: %d hand-overs in 0.5 s, %d launches tracked, the low tenant %.1f%%, requests p50 %.0f µs (alone %.0f); "+
+				"want at most 10, none, ≥ 50%%, within 1 ms + %.0f µs (host delays) of alone", handed, tracked, l.share, h.p50, a.p50, 2*requestDelay(h))
+		}
+
+		// A holder that is no MPS client (its CUDA looks for no control daemon
+		// where one runs) takes turns with the others: it is not run beside,
+		// even when its tenant's entry says host-bound (as another of its
+		// processes, a client, would have measured).
+		h, l = pair(run{high: append([]string{"CUDA_MPS_PIPE_DIRECTORY=" + t.TempDir()}, spinner(eager...)...), low: trainer,
+			during: func() {
+				schedtest.Open(t, e.stateDir(), simUUID0).SetHostBound(tenantAt(region(), sched.PriorityHigh).Name, 9500)
+			}})
+		t.Logf("under MPS, a high tenant that is no client: the low tenant %.1f%%", l.share)
+		if l.share > 25 {
+			t.Errorf("beside a high tenant that is no MPS client the low one got %.1f%% of the device, want ≤ 25%% (turns)", l.share)
+		}
+		// Nor is a capped tenant run beside: it waits for its turn.
+		h, l = pair(run{high: spinner(eager...), low: trainer, lowFlags: []string{"--compute-max", "50%"}})
+		t.Logf("under MPS, a low tenant capped at 50%%: %.1f%%", l.share)
+		if l.share > 25 {
+			t.Errorf("a low tenant capped at 50%% got %.1f%% of the device beside host-bound requests, want ≤ 25%% (turns)", l.share)
+		}
+
+		// A GPU-bound high tenant (1 ms kernels, each waited for) is not run
+		// beside: the low one has the device once it is done, half its run.
+		// What the host keeps the high one from running is idle the shim sees
+		// and lends (lendLoss).
+		h, l = pair(run{high: spinner("1000", "1.5", "1"), low: trainer})
+		t.Logf("under MPS, GPU-bound high: %.1f%%, p99 %.0f µs, %.0f of %.0f ms delayed by its host; the low tenant %.1f%%",
+			h.share, h.p99, h.delayedMs, h.wallMs, l.share)
+		if l.share > 65+lendLoss(h, l) || h.share < 80-lendLoss(h, h) {
+			hc.Errorf("under MPS beside a GPU-bound high tenant (%.1f%%, ≥ 80 - %.1f) the low one got %.1f%% of its run, want ≤ 65%% + %.1f (only once it is done, or while the host delays it)",
+				h.share, lendLoss(h, h), l.share, lendLoss(h, l))
+		}
+	})
 }

@@ -51,6 +51,37 @@ func handoverLoss(ss ...spin) float64 {
 	return loss
 }
 
+// hostCheck gathers the failures of checks that a host excuses as far as
+// it measurably delayed the test's processes.
+type hostCheck struct{ errs []string }
+
+func (c *hostCheck) Errorf(format string, args ...any) {
+	c.errs = append(c.errs, fmt.Sprintf(format, args...))
+}
+
+// hostBound runs body once more when its host-excused checks fail: a
+// virtual machine's host can stop a vCPU unseen (a Firecracker guest
+// reports no steal time, and run-queue delay misses it), so one run may
+// lose more than its measured delays excuse. A mechanism that misses fails
+// both runs; what no host excuses is checked with t, in every run.
+func hostBound(t *testing.T, body func(c *hostCheck)) {
+	t.Helper()
+	for try := 1; try <= 2; try++ {
+		c := &hostCheck{}
+		body(c)
+		for _, e := range c.errs {
+			if try == 1 {
+				t.Logf("run again after: %s", e)
+			} else {
+				t.Error(e)
+			}
+		}
+		if len(c.errs) == 0 {
+			return
+		}
+	}
+}
+
 // lendLoss is the most, in points of over's device time, that a holder of
 // higher priority (h) loses to one below it when its host delays it: a
 // holder that does not launch for a poll (0.5 ms) looks idle and the GPU
@@ -69,34 +100,36 @@ func lendLoss(h, over spin) float64 {
 // hand-over each quantum), and what their hosts delayed them.
 func TestSharesDivideAContendedDevice(t *testing.T) {
 	t.Parallel()
-	for _, c := range []struct {
-		shares []string
-		want   []float64
-	}{
-		{[]string{"30%", "70%"}, []float64{30, 70}},
-		{[]string{"20%", "30%", "50%"}, []float64{20, 30, 50}},
-	} {
-		e := newEnv(t)
-		var flags [][]string
-		for _, s := range c.shares {
-			flags = append(flags, []string{"--compute", s})
-		}
-		got := e.spinAll("3", flags...)
-		total := 0.0
-		for i, r := range got {
-			total += r.share
-			t.Logf("--compute %s: %.1f%% of the device (%d kernels)", c.shares[i], r.share, r.kernels)
-		}
-		for i, r := range got {
-			// Of the time the device was busy: what each got of it.
-			if math.Abs(r.share*100/total-c.want[i]) > 4 {
-				t.Errorf("shares %v: tenant %d got %.1f%% of the busy device, want %.0f%% ± 4", c.shares, i, r.share*100/total, c.want[i])
+	hostBound(t, func(hc *hostCheck) {
+		for _, c := range []struct {
+			shares []string
+			want   []float64
+		}{
+			{[]string{"30%", "70%"}, []float64{30, 70}},
+			{[]string{"20%", "30%", "50%"}, []float64{20, 30, 50}},
+		} {
+			e := newEnv(t)
+			var flags [][]string
+			for _, s := range c.shares {
+				flags = append(flags, []string{"--compute", s})
+			}
+			got := e.spinAll("3", flags...)
+			total := 0.0
+			for i, r := range got {
+				total += r.share
+				t.Logf("--compute %s: %.1f%% of the device (%d kernels)", c.shares[i], r.share, r.kernels)
+			}
+			for i, r := range got {
+				// Of the time the device was busy: what each got of it.
+				if math.Abs(r.share*100/total-c.want[i]) > 4 {
+					t.Errorf("shares %v: tenant %d got %.1f%% of the busy device, want %.0f%% ± 4", c.shares, i, r.share*100/total, c.want[i])
+				}
+			}
+			if loss := handoverLoss(got...); total < 95-loss {
+				hc.Errorf("shares %v: together %.1f%% of the device, want ≥ 95%% - %.1f (host delays)", c.shares, total, loss)
 			}
 		}
-		if loss := handoverLoss(got...); total < 95-loss {
-			t.Errorf("shares %v: together %.1f%% of the device, want ≥ 95%% - %.1f (host delays)", c.shares, total, loss)
-		}
-	}
+	})
 }
 
 // Shares hold whatever the tenants' kernel lengths: a tenant of 100 µs
@@ -107,65 +140,69 @@ func TestSharesDivideAContendedDevice(t *testing.T) {
 // woken late), nor for the other's hand-overs.
 func TestSharesHoldForMixedKernelLengths(t *testing.T) {
 	t.Parallel()
-	kernels := []string{"2000", "100"}
-	shares := []string{"30%", "70%"}
-	want := []float64{30, 70}
-	// Each alone (on a device of its own): the rate its share is of.
-	alone := make([]spin, 2)
-	for i := range kernels {
-		s := newEnv(t).spinnerUnder([]string{"--compute", shares[i]}, kernels[i], "1", "16")
-		s.start()
-		alone[i] = s.result()
-	}
-	e := newEnv(t)
-	ss := []*spinner{
-		e.spinnerUnder([]string{"--compute", shares[0]}, kernels[0], "3", "16"),
-		e.spinnerUnder([]string{"--compute", shares[1]}, kernels[1], "3", "16"),
-	}
-	for _, s := range ss {
-		s.start()
-	}
-	got := []spin{ss[0].result(), ss[1].result()}
-	total := got[0].share + got[1].share
-	for i, r := range got {
-		t.Logf("%s µs kernels at --compute %s: %.1f%% of the device, alone %.1f%%: %.1f%% of its alone rate (host delays: %.1f%% of its time, alone %.1f%%)",
-			kernels[i], shares[i], r.share, alone[i].share, r.share*100/alone[i].share, awakeLoss(r), awakeLoss(alone[i]))
-	}
-	for i, r := range got {
-		// Host delays can idle its turns, or its run alone: as far as
-		// they differ between the two, the host moves the ratio.
-		slack := 3 + math.Abs(awakeLoss(r)-awakeLoss(alone[i]))
-		if of := r.share * 100 / alone[i].share; math.Abs(of-want[i]) > slack {
-			t.Errorf("%s µs kernels at --compute %s got %.1f%% of their alone rate, want %.0f ± %.1f (3 + host delays)",
-				kernels[i], shares[i], of, want[i], slack)
+	hostBound(t, func(hc *hostCheck) {
+		kernels := []string{"2000", "100"}
+		shares := []string{"30%", "70%"}
+		want := []float64{30, 70}
+		// Each alone (on a device of its own): the rate its share is of.
+		alone := make([]spin, 2)
+		for i := range kernels {
+			s := newEnv(t).spinnerUnder([]string{"--compute", shares[i]}, kernels[i], "1", "16")
+			s.start()
+			alone[i] = s.result()
 		}
-	}
-	if loss := handoverLoss(got...); total < 95-loss {
-		t.Errorf("together %.1f%% of the device, want ≥ 95%% - %.1f (host delays)", total, loss)
-	}
+		e := newEnv(t)
+		ss := []*spinner{
+			e.spinnerUnder([]string{"--compute", shares[0]}, kernels[0], "3", "16"),
+			e.spinnerUnder([]string{"--compute", shares[1]}, kernels[1], "3", "16"),
+		}
+		for _, s := range ss {
+			s.start()
+		}
+		got := []spin{ss[0].result(), ss[1].result()}
+		total := got[0].share + got[1].share
+		for i, r := range got {
+			t.Logf("%s µs kernels at --compute %s: %.1f%% of the device, alone %.1f%%: %.1f%% of its alone rate (host delays: %.1f%% of its time, alone %.1f%%)",
+				kernels[i], shares[i], r.share, alone[i].share, r.share*100/alone[i].share, awakeLoss(r), awakeLoss(alone[i]))
+		}
+		for i, r := range got {
+			// Host delays can idle its turns, or its run alone: as far as
+			// they differ between the two, the host moves the ratio.
+			slack := 3 + math.Abs(awakeLoss(r)-awakeLoss(alone[i]))
+			if of := r.share * 100 / alone[i].share; math.Abs(of-want[i]) > slack {
+				hc.Errorf("%s µs kernels at --compute %s got %.1f%% of their alone rate, want %.0f ± %.1f (3 + host delays)",
+					kernels[i], shares[i], of, want[i], slack)
+			}
+		}
+		if loss := handoverLoss(got...); total < 95-loss {
+			hc.Errorf("together %.1f%% of the device, want ≥ 95%% - %.1f (host delays)", total, loss)
+		}
+	})
 }
 
 // Processes in the last slots of a GPU's scheduler (the last word of its
 // masks) take turns as the first ones do.
 func TestSharesDivideInTheLastSlots(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	a := e.spinnerUnder([]string{"--compute", "30%"}, "1000", "3", "16")
-	b := e.spinnerUnder([]string{"--compute", "70%"}, "1000", "3", "16")
-	r := schedtest.Open(t, e.stateDir(), simUUID0)
-	for i := 0; i < sched.MaxSlots-2; i++ {
-		r.Process(i, 0, int32(100000+i), false)
-	}
-	a.start()
-	b.start()
-	ra, rb := a.result(), b.result()
-	total := ra.share + rb.share
-	t.Logf("slots %d and %d: 30%%: %.1f%% of the busy device, 70%%: %.1f%%", sched.MaxSlots-2, sched.MaxSlots-1,
-		ra.share*100/total, rb.share*100/total)
-	if loss := handoverLoss(ra, rb); math.Abs(ra.share*100/total-30) > 4 || total < 95-loss {
-		t.Errorf("30/70 in the last slots: %.1f%% and %.1f%% of the busy device, together %.1f%% of it; want 30 ± 4, ≥ 95 - %.1f (host delays) together",
-			ra.share*100/total, rb.share*100/total, total, loss)
-	}
+	hostBound(t, func(hc *hostCheck) {
+		e := newEnv(t)
+		a := e.spinnerUnder([]string{"--compute", "30%"}, "1000", "3", "16")
+		b := e.spinnerUnder([]string{"--compute", "70%"}, "1000", "3", "16")
+		r := schedtest.Open(t, e.stateDir(), simUUID0)
+		for i := 0; i < sched.MaxSlots-2; i++ {
+			r.Process(i, 0, int32(100000+i), false)
+		}
+		a.start()
+		b.start()
+		ra, rb := a.result(), b.result()
+		total := ra.share + rb.share
+		t.Logf("slots %d and %d: 30%%: %.1f%% of the busy device, 70%%: %.1f%%", sched.MaxSlots-2, sched.MaxSlots-1,
+			ra.share*100/total, rb.share*100/total)
+		if loss := handoverLoss(ra, rb); math.Abs(ra.share*100/total-30) > 4 || total < 95-loss {
+			hc.Errorf("30/70 in the last slots: %.1f%% and %.1f%% of the busy device, together %.1f%% of it; want 30 ± 4, ≥ 95 - %.1f (host delays) together",
+				ra.share*100/total, rb.share*100/total, total, loss)
+		}
+	})
 }
 
 // Tenants that pause after each few kernels (a training loop reading its
@@ -173,69 +210,75 @@ func TestSharesDivideInTheLastSlots(t *testing.T) {
 // pause comes back when the pause ends, not a quantum later.
 func TestSharesHoldAcrossPauses(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	// 5 kernels of 2.7 ms, one synchronization, then 1 ms without work.
-	batches := []string{"2700", "4", "5", "0", "batch", "200"}
-	a := e.spinnerUnder([]string{"--compute", "30%"}, batches...)
-	b := e.spinnerUnder([]string{"--compute", "70%"}, batches...)
-	a.start()
-	b.start()
-	ra, rb := a.result(), b.result()
-	total := ra.share + rb.share
-	t.Logf("30%%: %.1f%% of the busy device, 70%%: %.1f%% (together %.1f%% of the device)", ra.share*100/total, rb.share*100/total, total)
-	if math.Abs(ra.share*100/total-30) > 3 {
-		t.Errorf("the 30%% tenant got %.1f%% of the busy device, the 70%% one %.1f%%: want 30 ± 3", ra.share*100/total, rb.share*100/total)
-	}
-	if loss := handoverLoss(ra, rb); total < 90-loss {
-		t.Errorf("together %.1f%% of the device, want ≥ 90%% - %.1f (host delays)", total, loss)
-	}
+	hostBound(t, func(hc *hostCheck) {
+		e := newEnv(t)
+		// 5 kernels of 2.7 ms, one synchronization, then 1 ms without work.
+		batches := []string{"2700", "4", "5", "0", "batch", "200"}
+		a := e.spinnerUnder([]string{"--compute", "30%"}, batches...)
+		b := e.spinnerUnder([]string{"--compute", "70%"}, batches...)
+		a.start()
+		b.start()
+		ra, rb := a.result(), b.result()
+		total := ra.share + rb.share
+		t.Logf("30%%: %.1f%% of the busy device, 70%%: %.1f%% (together %.1f%% of the device)", ra.share*100/total, rb.share*100/total, total)
+		if math.Abs(ra.share*100/total-30) > 3 {
+			t.Errorf("the 30%% tenant got %.1f%% of the busy device, the 70%% one %.1f%%: want 30 ± 3", ra.share*100/total, rb.share*100/total)
+		}
+		if loss := handoverLoss(ra, rb); total < 90-loss {
+			hc.Errorf("together %.1f%% of the device, want ≥ 90%% - %.1f (host delays)", total, loss)
+		}
+	})
 }
 
 // Idle time is lent: a tenant alone gets the whole device whatever its
 // share, but no more than its cap.
 func TestAShareIsWorkConserving(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	r := e.spinAll("1", []string{"--compute", "30%"})[0]
-	t.Logf("alone under --compute 30%%: %.1f%%", r.share)
-	if r.share < 95-awakeLoss(r) {
-		t.Errorf("a lone tenant under --compute 30%% got %.1f%% of the device, want ≥ 95%% - %.1f (host delays)", r.share, awakeLoss(r))
-	}
-	capBand(t, "under --compute 30% --compute-max 40%", func() spin {
-		return e.spinAll("1", []string{"--compute", "30%", "--compute-max", "40%"})[0]
-	}, 40)
+	hostBound(t, func(hc *hostCheck) {
+		e := newEnv(t)
+		r := e.spinAll("1", []string{"--compute", "30%"})[0]
+		t.Logf("alone under --compute 30%%: %.1f%%", r.share)
+		if r.share < 95-awakeLoss(r) {
+			hc.Errorf("a lone tenant under --compute 30%% got %.1f%% of the device, want ≥ 95%% - %.1f (host delays)", r.share, awakeLoss(r))
+		}
+		capBand(t, "under --compute 30% --compute-max 40%", func() spin {
+			return e.spinAll("1", []string{"--compute", "30%", "--compute-max", "40%"})[0]
+		}, 40)
+	})
 }
 
 // A high-priority tenant runs as if alone next to a low-priority one, which
 // waits while it has work and takes the device back once it is done.
 func TestPriorityRunsFirst(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	// The same program alone is the baseline: one kernel in flight, so
-	// each host round trip between kernels idles the device, alone too.
-	solo := e.spinnerUnder([]string{"--priority", "high"}, "1000", "1", "1")
-	solo.start()
-	alone := solo.result()
-	hi := e.spinnerUnder([]string{"--priority", "high"}, "1000", "1", "1")
-	lo := e.spinnerUnder([]string{"--priority", "low"}, "1000", "2", "16")
-	lo.start()
-	hi.start()
-	h, l := hi.result(), lo.result()
-	t.Logf("high alone: %.1f%%, p99 %.0f µs; next to low: %.1f%%, p99 %.0f µs; low: %.1f%% over twice as long",
-		alone.share, alone.p99, h.share, h.p99, l.share)
-	// Its kernels wait for the low one's only when its host keeps it from
-	// launching long enough to look idle (lendLoss); equal priorities would
-	// give it about half the device.
-	if h.share < alone.share-5-lendLoss(h, h) || h.p50 > 1.1*alone.p50+50 || h.p99 > 4000 {
-		t.Errorf("the high-priority tenant next to a low one got %.1f%% (p99 %.0f µs), want ≥ %.1f%% - 5 - %.1f (host delays); alone %.1f%% (p99 %.0f µs)",
-			h.share, h.p99, alone.share, lendLoss(h, h), alone.share, alone.p99)
-	}
-	// The low one had the device only once the high one was done (about
-	// half of its two seconds), or when lent.
-	if l.share < 40-awakeLoss(l) || l.share > 60+lendLoss(h, l) {
-		t.Errorf("the low-priority tenant got %.1f%% of its run, want ~50%% (the second half): 40 - %.1f to 60 + %.1f (host delays)",
-			l.share, awakeLoss(l), lendLoss(h, l))
-	}
+	hostBound(t, func(hc *hostCheck) {
+		e := newEnv(t)
+		// The same program alone is the baseline: one kernel in flight, so
+		// each host round trip between kernels idles the device, alone too.
+		solo := e.spinnerUnder([]string{"--priority", "high"}, "1000", "1", "1")
+		solo.start()
+		alone := solo.result()
+		hi := e.spinnerUnder([]string{"--priority", "high"}, "1000", "1", "1")
+		lo := e.spinnerUnder([]string{"--priority", "low"}, "1000", "2", "16")
+		lo.start()
+		hi.start()
+		h, l := hi.result(), lo.result()
+		t.Logf("high alone: %.1f%%, p99 %.0f µs; next to low: %.1f%%, p99 %.0f µs; low: %.1f%% over twice as long",
+			alone.share, alone.p99, h.share, h.p99, l.share)
+		// Its kernels wait for the low one's only when its host keeps it from
+		// launching long enough to look idle (lendLoss); equal priorities would
+		// give it about half the device.
+		if h.share < alone.share-5-lendLoss(h, h) || h.p50 > 1.1*alone.p50+50 || h.p99 > 4000 {
+			hc.Errorf("the high-priority tenant next to a low one got %.1f%% (p99 %.0f µs), want ≥ %.1f%% - 5 - %.1f (host delays); alone %.1f%% (p99 %.0f µs)",
+				h.share, h.p99, alone.share, lendLoss(h, h), alone.share, alone.p99)
+		}
+		// The low one had the device only once the high one was done (about
+		// half of its two seconds), or when lent.
+		if l.share < 40-awakeLoss(l) || l.share > 60+lendLoss(h, l) {
+			hc.Errorf("the low-priority tenant got %.1f%% of its run, want ~50%% (the second half): 40 - %.1f to 60 + %.1f (host delays)",
+				l.share, awakeLoss(l), lendLoss(h, l))
+		}
+	})
 }
 
 // A holder killed with SIGKILL stalls nobody: its slot's lock goes with it.
@@ -367,29 +410,31 @@ func TestComputePolicyChangesNoResult(t *testing.T) {
 // low one has running.
 func TestPriorityLendsIdleTime(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	alone := e.spinnerUnder([]string{"--priority", "high"}, "500", "1", "1", "0", "launch", "2000")
-	alone.start()
-	a := alone.result()
-	hi := e.spinnerUnder([]string{"--priority", "high"}, "500", "2", "1", "0", "launch", "2000")
-	lo := e.spinnerUnder([]string{"--priority", "low"}, "1000", "2", "16")
-	lo.start()
-	hi.start()
-	h, l := hi.result(), lo.result()
-	t.Logf("high, 500 µs every 2.5 ms: alone p50 %.0f p99 %.0f µs; next to low p50 %.0f p99 %.0f µs; low got %.1f%%",
-		a.p50, a.p99, h.p50, h.p99, l.share)
-	// Each ms either host is kept from running can idle the device: the
-	// low one, a waiter in the shim, takes an idle GPU when its host runs
-	// it, and the high one holds its turn until it launches or looks idle.
-	if lost := 100 * (l.delayedMs + h.delayedMs) / l.elapsedMs; l.share < 55-lost {
-		t.Errorf("the low-priority tenant got %.1f%% of the device next to a server busy ~20%% of the time, want ≥ 55%% - %.1f (host delays)",
-			l.share, lost)
-	}
-	// At most one of the low tenant's 1 ms kernels ahead of a request
-	// (bounds for a loaded 2-core machine).
-	if h.p50 > a.p50+1100 || h.p99 > a.p99+2500 {
-		t.Errorf("requests next to the low tenant: p50 %.0f p99 %.0f µs; alone %.0f / %.0f µs", h.p50, h.p99, a.p50, a.p99)
-	}
+	hostBound(t, func(hc *hostCheck) {
+		e := newEnv(t)
+		alone := e.spinnerUnder([]string{"--priority", "high"}, "500", "1", "1", "0", "launch", "2000")
+		alone.start()
+		a := alone.result()
+		hi := e.spinnerUnder([]string{"--priority", "high"}, "500", "2", "1", "0", "launch", "2000")
+		lo := e.spinnerUnder([]string{"--priority", "low"}, "1000", "2", "16")
+		lo.start()
+		hi.start()
+		h, l := hi.result(), lo.result()
+		t.Logf("high, 500 µs every 2.5 ms: alone p50 %.0f p99 %.0f µs; next to low p50 %.0f p99 %.0f µs; low got %.1f%%",
+			a.p50, a.p99, h.p50, h.p99, l.share)
+		// Each ms either host is kept from running can idle the device: the
+		// low one, a waiter in the shim, takes an idle GPU when its host runs
+		// it, and the high one holds its turn until it launches or looks idle.
+		if lost := 100 * (l.delayedMs + h.delayedMs) / l.elapsedMs; l.share < 55-lost {
+			hc.Errorf("the low-priority tenant got %.1f%% of the device next to a server busy ~20%% of the time, want ≥ 55%% - %.1f (host delays)",
+				l.share, lost)
+		}
+		// At most one of the low tenant's 1 ms kernels ahead of a request
+		// (bounds for a loaded 2-core machine).
+		if h.p50 > a.p50+1100 || h.p99 > a.p99+2500 {
+			t.Errorf("requests next to the low tenant: p50 %.0f p99 %.0f µs; alone %.0f / %.0f µs", h.p50, h.p99, a.p50, a.p99)
+		}
+	})
 }
 
 // A tenant that only moves data (synchronous copies and memsets occupy the

@@ -310,49 +310,51 @@ func splitWindows(s spin, window, began, at, took, gap time.Duration) (before, a
 // gets all of it from the next slice on, and NVML forgets the dead one.
 func TestSimTimesliceKill(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	a, b := e.spinner("1000", "3", "16"), e.spinner("1000", "3", "16", "100")
-	a.start()
-	began := monotonic()
-	b.start()
-	time.Sleep(600 * time.Millisecond)
-	killedAt := monotonic()
-	a.cmd.Process.Signal(syscall.SIGKILL)
-	// B's device time past the kill's host time plus 1.1 s is surely past
-	// the kill plus 1.1 s of device time: NVML's last second is after it.
-	b.awaitWindow(int((killedAt-began+1100*time.Millisecond)/(100*time.Millisecond)) + 1)
-	util, procs := e.nvmlUse()
-	rb := b.result()
-	before, after := splitWindows(rb, 100*time.Millisecond, began, killedAt, 0, 20*time.Millisecond)
-	t.Logf("killed at %v; B's windows before %v, after %v; NVML util %d%%, per process %v", killedAt-began, before, after, util, procs)
-	if len(before) < 2 || len(after) < 5 {
-		t.Fatalf("spinner windows %v (killed at %v)", rb.windows, killedAt-began)
-	}
-	mean := 0.0
-	for _, s := range before {
-		mean += s / float64(len(before))
-	}
-	// Two spinners' 16 ms queues and the clock's wait for late waiters
-	// keep both backlogged: time slices alternate, ±1 slice (2 ms) of a
-	// 100 ms window each way.
-	if mean < 45 || mean > 55 {
-		t.Errorf("before the kill, B had %v (mean %.1f%%), want ~50%%", before, mean)
-	}
-	// Alone after the kill, B's queue runs dry on the device's clock only
-	// for its 1 ms grace when the host wakes it late, or while the host
-	// keeps it from running between calls (at most rb.delayedMs over these
-	// windows), and the dead process's turn ends with its slice.
-	sum := 0.0
-	for _, s := range after {
-		sum += s
-	}
-	if lost := 100 * rb.delayedMs / (100 * float64(len(after))); sum/float64(len(after)) < 97-lost {
-		t.Errorf("after the kill, B had %v (mean %.1f%%), want ≥ 97%% - %.1f (host delays)", after, sum/float64(len(after)), lost)
-	}
-	if lost := int(awakeLoss(rb)); util < 90-lost || len(procs) != 1 || procs[b.cmd.Process.Pid] < 90-lost {
-		t.Errorf("NVML a second after the kill: util %d%%, per process %v, want B (%d) alone at ~100%%",
-			util, procs, b.cmd.Process.Pid)
-	}
+	hostBound(t, func(hc *hostCheck) {
+		e := newEnv(t)
+		a, b := e.spinner("1000", "3", "16"), e.spinner("1000", "3", "16", "100")
+		a.start()
+		began := monotonic()
+		b.start()
+		time.Sleep(600 * time.Millisecond)
+		killedAt := monotonic()
+		a.cmd.Process.Signal(syscall.SIGKILL)
+		// B's device time past the kill's host time plus 1.1 s is surely past
+		// the kill plus 1.1 s of device time: NVML's last second is after it.
+		b.awaitWindow(int((killedAt-began+1100*time.Millisecond)/(100*time.Millisecond)) + 1)
+		util, procs := e.nvmlUse()
+		rb := b.result()
+		before, after := splitWindows(rb, 100*time.Millisecond, began, killedAt, 0, 20*time.Millisecond)
+		t.Logf("killed at %v; B's windows before %v, after %v; NVML util %d%%, per process %v", killedAt-began, before, after, util, procs)
+		if len(before) < 2 || len(after) < 5 {
+			t.Fatalf("spinner windows %v (killed at %v)", rb.windows, killedAt-began)
+		}
+		mean := 0.0
+		for _, s := range before {
+			mean += s / float64(len(before))
+		}
+		// Two spinners' 16 ms queues and the clock's wait for late waiters
+		// keep both backlogged: time slices alternate, ±1 slice (2 ms) of a
+		// 100 ms window each way.
+		if mean < 45 || mean > 55 {
+			t.Errorf("before the kill, B had %v (mean %.1f%%), want ~50%%", before, mean)
+		}
+		// Alone after the kill, B's queue runs dry on the device's clock only
+		// for its 1 ms grace when the host wakes it late, or while the host
+		// keeps it from running between calls (at most rb.delayedMs over these
+		// windows), and the dead process's turn ends with its slice.
+		sum := 0.0
+		for _, s := range after {
+			sum += s
+		}
+		if lost := 100 * rb.delayedMs / (100 * float64(len(after))); sum/float64(len(after)) < 97-lost {
+			hc.Errorf("after the kill, B had %v (mean %.1f%%), want ≥ 97%% - %.1f (host delays)", after, sum/float64(len(after)), lost)
+		}
+		if lost := int(awakeLoss(rb)); util < 90-lost || len(procs) != 1 || procs[b.cmd.Process.Pid] < 90-lost {
+			t.Errorf("NVML a second after the kill: util %d%%, per process %v, want B (%d) alone at ~100%%",
+				util, procs, b.cmd.Process.Pid)
+		}
+	})
 }
 
 // The device's clock waits for a waiter the host runs late: a process
@@ -368,36 +370,38 @@ func TestSimTimesliceKill(t *testing.T) {
 // length is allowed besides.
 func TestSimClockWaitsForAStoppedWaiter(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	s := e.spinner("5000", "2.5", "2")
-	s.start()
-	var past, outside time.Duration
-	asleep, stops := 0, 0
-	for ; asleep < 3 && stops < 8; stops++ {
-		time.Sleep(150 * time.Millisecond)
-		from := monotonic()
-		s.cmd.Process.Signal(syscall.SIGSTOP)
-		waited := stoppedInSleep(t, s.cmd.Process.Pid)
-		time.Sleep(80 * time.Millisecond)
-		s.cmd.Process.Signal(syscall.SIGCONT)
-		took := monotonic() - from
-		if !waited {
-			outside += took
-			continue
+	hostBound(t, func(hc *hostCheck) {
+		e := newEnv(t)
+		s := e.spinner("5000", "2.5", "2")
+		s.start()
+		var past, outside time.Duration
+		asleep, stops := 0, 0
+		for ; asleep < 3 && stops < 8; stops++ {
+			time.Sleep(150 * time.Millisecond)
+			from := monotonic()
+			s.cmd.Process.Signal(syscall.SIGSTOP)
+			waited := stoppedInSleep(t, s.cmd.Process.Pid)
+			time.Sleep(80 * time.Millisecond)
+			s.cmd.Process.Signal(syscall.SIGCONT)
+			took := monotonic() - from
+			if !waited {
+				outside += took
+				continue
+			}
+			asleep++
+			past += max(0, took-100*time.Millisecond)
 		}
-		asleep++
-		past += max(0, took-100*time.Millisecond)
-	}
-	r := s.result()
-	if asleep < 3 {
-		t.Fatalf("only %d of %d stops found the spinner asleep on its kernel", asleep, stops)
-	}
-	lost := awakeLoss(r) + 100*float64((past+outside).Milliseconds())/r.elapsedMs
-	t.Logf("stopped %d x 80 ms (%d asleep): %.1f%% of the device (%d kernels), %.0f of %.0f ms delayed by the host, stops %v past 100 ms, %v outside a wait",
-		stops, asleep, r.share, r.kernels, r.delayedMs, r.wallMs, past, outside)
-	if r.share < 99-lost {
-		t.Errorf("a spinner stopped %d x 80 ms while it waited got %.1f%% of the device, want ≥ 99%% - %.1f (host delays)", asleep, r.share, lost)
-	}
+		r := s.result()
+		if asleep < 3 {
+			t.Fatalf("only %d of %d stops found the spinner asleep on its kernel", asleep, stops)
+		}
+		lost := awakeLoss(r) + 100*float64((past+outside).Milliseconds())/r.elapsedMs
+		t.Logf("stopped %d x 80 ms (%d asleep): %.1f%% of the device (%d kernels), %.0f of %.0f ms delayed by the host, stops %v past 100 ms, %v outside a wait",
+			stops, asleep, r.share, r.kernels, r.delayedMs, r.wallMs, past, outside)
+		if r.share < 99-lost {
+			hc.Errorf("a spinner stopped %d x 80 ms while it waited got %.1f%% of the device, want ≥ 99%% - %.1f (host delays)", asleep, r.share, lost)
+		}
+	})
 }
 
 // stoppedInSleep waits until process pid has stopped and says whether it
