@@ -390,41 +390,42 @@ enum fgr_op {
     FGR_OP_cuGraphExecGetFlags = 381,
     FGR_OP_cuGraphConditionalHandleCreate = 382,
     FGR_OP_fgrGraphAddConditionalNode = 383,
-    FGR_OP_fgrGraphConditionalNodeGetParams = 384,
-    FGR_OP_fgrGraphConditionalNodeSetParams = 385,
-    FGR_OP_cuGraphExecUpdate_v2 = 386,
-    FGR_OP_fgrGraphDot = 387,
-    FGR_OP_cuGraphExecChildGraphNodeSetParams = 388,
-    FGR_OP_fgrUserObjectCreate = 389,
-    FGR_OP_cuUserObjectRetain = 390,
-    FGR_OP_cuUserObjectRelease = 391,
-    FGR_OP_cuGraphRetainUserObject = 392,
-    FGR_OP_cuGraphReleaseUserObject = 393,
-    FGR_OP_cuDeviceGetDevResource = 394,
-    FGR_OP_cuCtxGetDevResource = 395,
-    FGR_OP_cuGreenCtxGetDevResource = 396,
-    FGR_OP_cuDevSmResourceSplitByCount = 397,
-    FGR_OP_cuDevResourceGenerateDesc = 398,
-    FGR_OP_cuGreenCtxRecordEvent = 399,
-    FGR_OP_cuGreenCtxWaitEvent = 400,
-    FGR_OP_cuGreenCtxStreamCreate = 401,
-    FGR_OP_cuStreamGetGreenCtx = 402,
-    FGR_OP_cuGreenCtxGetId = 403,
-    FGR_OP_cuMemSetMemPool = 404,
-    FGR_OP_xt_ctx = 405,
-    FGR_OP_xt_ctx_39 = 406,
-    FGR_OP_xt_ctx_51 = 407,
-    FGR_OP_xt_simA = 408,
-    FGR_OP_xt_simA_1 = 409,
-    FGR_OP_xt_simA_2 = 410,
-    FGR_OP_xt_simA_7 = 411,
-    FGR_OP_xt_simB = 412,
-    FGR_OP_xt_simB_1 = 413,
-    FGR_OP_xt_simB_2 = 414,
-    FGR_NUM_OPS = 415
+    FGR_OP_fgrGraphAddMovedChild = 384,
+    FGR_OP_fgrGraphConditionalNodeGetParams = 385,
+    FGR_OP_fgrGraphConditionalNodeSetParams = 386,
+    FGR_OP_cuGraphExecUpdate_v2 = 387,
+    FGR_OP_fgrGraphDot = 388,
+    FGR_OP_cuGraphExecChildGraphNodeSetParams = 389,
+    FGR_OP_fgrUserObjectCreate = 390,
+    FGR_OP_cuUserObjectRetain = 391,
+    FGR_OP_cuUserObjectRelease = 392,
+    FGR_OP_cuGraphRetainUserObject = 393,
+    FGR_OP_cuGraphReleaseUserObject = 394,
+    FGR_OP_cuDeviceGetDevResource = 395,
+    FGR_OP_cuCtxGetDevResource = 396,
+    FGR_OP_cuGreenCtxGetDevResource = 397,
+    FGR_OP_cuDevSmResourceSplitByCount = 398,
+    FGR_OP_cuDevResourceGenerateDesc = 399,
+    FGR_OP_cuGreenCtxRecordEvent = 400,
+    FGR_OP_cuGreenCtxWaitEvent = 401,
+    FGR_OP_cuGreenCtxStreamCreate = 402,
+    FGR_OP_cuStreamGetGreenCtx = 403,
+    FGR_OP_cuGreenCtxGetId = 404,
+    FGR_OP_cuMemSetMemPool = 405,
+    FGR_OP_xt_ctx = 406,
+    FGR_OP_xt_ctx_39 = 407,
+    FGR_OP_xt_ctx_51 = 408,
+    FGR_OP_xt_simA = 409,
+    FGR_OP_xt_simA_1 = 410,
+    FGR_OP_xt_simA_2 = 411,
+    FGR_OP_xt_simA_7 = 412,
+    FGR_OP_xt_simB = 413,
+    FGR_OP_xt_simB_1 = 414,
+    FGR_OP_xt_simB_2 = 415,
+    FGR_NUM_OPS = 416
 };
 
-#define FGR_OPS_HASH 0x20c460d4cc6d5013ULL
+#define FGR_OPS_HASH 0xdc7ee22dbe026dceULL
 
 /* The project's own operations (the driver's entry points the shim does
  * not hook are declared in flexgv/cuda_api_gen.h). */
@@ -497,6 +498,7 @@ CUresult fgrGraphHostFree(CUdeviceptr dptr);
 CUresult fgrGraphLaunchHost(CUgraphExec hGraphExec, CUstream hStream, CUevent done, const CUdeviceptr *dsts, const size_t *sizes, unsigned int count, const void *src, size_t bytes);
 CUresult fgrGraphHostRead(CUevent done, CUdeviceptr src, void *dst, size_t bytes);
 CUresult fgrGraphAddConditionalNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphConditionalHandle handle, unsigned int type, unsigned int size, CUcontext ctx, CUgraph *bodies);
+CUresult fgrGraphAddMovedChild(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph);
 CUresult fgrGraphConditionalNodeGetParams(CUgraphNode hNode, CUgraphConditionalHandle *handle, unsigned int *type, unsigned int *size, CUcontext *ctx, CUgraph *bodies, unsigned int cap);
 CUresult fgrGraphConditionalNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphConditionalHandle handle, unsigned int type, unsigned int size, CUcontext ctx);
 CUresult fgrGraphDot(CUgraph hGraph, unsigned int flags, char *text, size_t cap, size_t *n);

@@ -18,7 +18,8 @@
 # through the runtime and -lcuda (families), green contexts on a group of
 # the SMs (greenctx), every pointer attribute of every kind of memory, a
 # pool made and a graph's debug print (pointers), graphs built node by node
-# with every kind of node (graphs), a
+# with every kind of node (graphs), and through cuGraphAddNode, a child
+# graph moved into its node among them (graphgeneric), a
 # cuBLAS program with stream capture (cublas), PyTorch training
 # (torch-train: losses bit for bit, throughput over native, and with
 # latency added; torch-segments: with expandable segments), Triton,
@@ -193,6 +194,7 @@ cu managedvar scripts/gpu/managedvar.cu
 # Graphs node by node (conditional IF and WHILE nodes last, a body
 # captured into, an executable updated).
 cu graphs scripts/gpu/graphs.cu
+cu graphgeneric scripts/gpu/graphgeneric.cu -lcuda
 cu extra scripts/gpu/extra.cu -lcuda
 cu families scripts/gpu/families.cu -lcuda
 # Pointer attributes of every kind of memory, a pool made, a graph printed.

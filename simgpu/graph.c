@@ -35,6 +35,7 @@
  * Graph objects, like the driver's, are not thread-safe; the pools and
  * allocations are under sim_mem_lock. */
 #include "sim.h"
+#include "flexgv/graph_nodes.h"
 #include "flexgv/graph_v1.h"
 
 #include <stdio.h>
@@ -115,6 +116,7 @@ struct sim_graph {
     struct sim_node **nodes;
     unsigned stamp;
     int mem;               /* has memory nodes */
+    int moved;             /* a child graph moved into its node: the node's */
     struct sim_exec *exec; /* its executable graph, when mem */
     struct sim_urefs urefs;
 };
@@ -305,7 +307,7 @@ void sim_node_destroy(struct sim_node *n)
         gmem_put(m);
         pthread_mutex_unlock(&sim_mem_lock);
     }
-    if (n->type == CU_GRAPH_NODE_TYPE_GRAPH)
+    if (n->type == CU_GRAPH_NODE_TYPE_GRAPH && n->u.child)
         sim_graph_destroy(n->u.child);
     if (n->type == CU_GRAPH_NODE_TYPE_CONDITIONAL) {
         for (unsigned i = 0; n->u.cond.bodies && i < n->u.cond.size; i++)
@@ -483,7 +485,7 @@ SIM_EXPORT CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)
 SIM_EXPORT CUresult cuGraphDestroy(CUgraph hGraph)
 {
     struct sim_graph *g = as_graph(hGraph);
-    if (!g)
+    if (!g || g->moved)
         return CUDA_ERROR_INVALID_VALUE;
     sim_graph_destroy(g);
     return CUDA_SUCCESS;
@@ -707,7 +709,7 @@ SIM_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph h
                                              CUgraph childGraph)
 {
     struct sim_graph *child = as_graph(childGraph);
-    if (!phGraphNode || !child || child->mem)
+    if (!phGraphNode || !child || child->mem || child->moved)
         return CUDA_ERROR_INVALID_VALUE;
     struct sim_node *n = node_new(CU_GRAPH_NODE_TYPE_GRAPH);
     if (n && !(n->u.child = clone_graph(child))) {
@@ -729,7 +731,7 @@ SIM_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGr
     int dev = sim_phys(nodeParams->poolProps.location.id);
     if (dev < 0)
         return CUDA_ERROR_INVALID_VALUE;
-    if (!as_graph(hGraph))
+    if (!as_graph(hGraph) || as_graph(hGraph)->moved)
         return CUDA_ERROR_INVALID_VALUE;
     CUdeviceptr p;
     struct sim_node *n = sim_node_alloc(dev, nodeParams->bytesize, &p);
@@ -746,7 +748,7 @@ SIM_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGra
 {
     if (!sim_initialized)
         return CUDA_ERROR_NOT_INITIALIZED;
-    if (!phGraphNode || !as_graph(hGraph))
+    if (!phGraphNode || !as_graph(hGraph) || as_graph(hGraph)->moved)
         return CUDA_ERROR_INVALID_VALUE;
     struct sim_node *n = sim_node_free(dptr);
     if (!n)
@@ -1404,7 +1406,7 @@ static CUresult instantiate(CUgraphExec *out, CUgraph graph, unsigned long long 
     if (r)
         return r;
     struct sim_graph *g = as_graph(graph);
-    if (!out || !g ||
+    if (!out || !g || g->moved ||
         (flags & (CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | FLAG_DEVICE_LAUNCH)) ==
             (CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | FLAG_DEVICE_LAUNCH) ||
         (g->mem && (g->exec || (flags & FLAG_DEVICE_LAUNCH))) || cond_mem(g, 0))
@@ -1820,46 +1822,73 @@ static CUresult add_conditional(CUgraphNode *phGraphNode, CUgraph hGraph, const 
     return r;
 }
 
-/* Conditional, kernel and empty nodes; other kinds have their own entry
- * points in the simulation. Edge data is not modelled: only the order. */
-static CUresult add_node(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *deps, size_t ndeps,
-                         CUgraphNodeParams *p)
+/* A child graph moved into its node (CUDA 12.9): not copied, the node's
+ * from then on, so the nodes the program holds of it are the node's (an
+ * executable's are set through them); it may not be destroyed, instantiated
+ * or made a child again. One with memory nodes is not simulated. */
+static CUresult add_moved_child(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *deps, size_t ndeps,
+                                CUgraph childGraph)
 {
-    if (!sim_initialized)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (!phGraphNode || !p)
+    struct sim_graph *g = as_graph(hGraph), *child = as_graph(childGraph);
+    if (!g || !child || child == g || child->moved)
         return CUDA_ERROR_INVALID_VALUE;
-    switch (p->type) {
-    case CU_GRAPH_NODE_TYPE_CONDITIONAL: return add_conditional(phGraphNode, hGraph, deps, ndeps, &p->conditional);
-    case CU_GRAPH_NODE_TYPE_KERNEL: return cuGraphAddKernelNode_v2(phGraphNode, hGraph, deps, ndeps, &p->kernel);
-    case CU_GRAPH_NODE_TYPE_EMPTY: return cuGraphAddEmptyNode(phGraphNode, hGraph, deps, ndeps);
-    default: return CUDA_ERROR_NOT_SUPPORTED;
+    if (child->mem)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    struct sim_node *n = node_new(CU_GRAPH_NODE_TYPE_GRAPH);
+    if (!n)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = sim_graph_append(g, n, (struct sim_node *const *)deps, ndeps);
+    if (r != CUDA_SUCCESS) {
+        sim_node_destroy(n); /* without the child, still the program's */
+        return r;
     }
+    n->u.child = child;
+    child->moved = 1;
+    *phGraphNode = (CUgraphNode)n;
+    return CUDA_SUCCESS;
+}
+
+/* Conditional nodes and moved child graphs here, the other kinds through
+ * their own entry points. */
+static CUresult add_one(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *deps, size_t ndeps,
+                        CUgraphNodeParams *p)
+{
+    if (p->type == CU_GRAPH_NODE_TYPE_CONDITIONAL)
+        return add_conditional(phGraphNode, hGraph, deps, ndeps, &p->conditional);
+    if (p->type == CU_GRAPH_NODE_TYPE_GRAPH && p->graph.ownership == CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE)
+        return add_moved_child(phGraphNode, hGraph, deps, ndeps, p->graph.graph);
+    if (p->type == CU_GRAPH_NODE_TYPE_GRAPH && p->graph.ownership != CU_GRAPH_CHILD_GRAPH_OWNERSHIP_CLONE)
+        return CUDA_ERROR_INVALID_VALUE;
+    return fg_node_add_by_kind(phGraphNode, hGraph, deps, ndeps, p);
 }
 
 SIM_EXPORT CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                                    size_t numDependencies, CUgraphNodeParams *nodeParams)
 {
-    return add_node(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    return fg_node_add_with_edges(add_one, phGraphNode, hGraph, dependencies, NULL, numDependencies, nodeParams);
 }
 
 SIM_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                                       const CUgraphEdgeData *dependencyData, size_t numDependencies,
                                       CUgraphNodeParams *nodeParams)
 {
-    (void)dependencyData;
-    return add_node(phGraphNode, hGraph, dependencies, numDependencies, nodeParams);
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    return fg_node_add_with_edges(add_one, phGraphNode, hGraph, dependencies, dependencyData, numDependencies,
+                                  nodeParams);
 }
 
-/* A conditional node's parameters (the bodies are the node's); other
- * kinds' are not simulated through this entry point. */
+/* A node's parameters: a conditional node's bodies are the node's, the
+ * other kinds' are their own entry points' answers. */
 SIM_EXPORT CUresult cuGraphNodeGetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams)
 {
     struct sim_node *n = as_node(hNode);
     if (!n || !nodeParams)
         return CUDA_ERROR_INVALID_VALUE;
     if (n->type != CU_GRAPH_NODE_TYPE_CONDITIONAL)
-        return CUDA_ERROR_NOT_SUPPORTED;
+        return fg_node_get_by_kind(hNode, n->type, nodeParams);
     memset(nodeParams, 0, sizeof *nodeParams);
     nodeParams->type = n->type;
     nodeParams->conditional.handle = n->u.cond.handle;
@@ -1884,10 +1913,10 @@ static CUresult cond_update(struct sim_node *n, const CUgraphNodeParams *p)
 SIM_EXPORT CUresult cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams)
 {
     struct sim_node *n = as_node(hNode);
-    if (!n)
+    if (!n || !nodeParams)
         return CUDA_ERROR_INVALID_VALUE;
     if (n->type != CU_GRAPH_NODE_TYPE_CONDITIONAL)
-        return CUDA_ERROR_NOT_SUPPORTED;
+        return fg_node_set_by_kind(NULL, hNode, n->type, nodeParams);
     return cond_update(n, nodeParams);
 }
 
@@ -1975,10 +2004,12 @@ SIM_EXPORT CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode
 {
     struct sim_exec *x = as_exec(hGraphExec);
     struct sim_node *n = as_node(hNode), *c = x && n ? exec_copy(x, n) : NULL;
-    if (!c)
+    if (!c && n && n->type == CU_GRAPH_NODE_TYPE_GRAPH && x)
+        return fg_node_set_by_kind(hGraphExec, hNode, n->type, nodeParams); /* flattened away, itself */
+    if (!c || !nodeParams)
         return CUDA_ERROR_INVALID_VALUE;
     if (c->type != CU_GRAPH_NODE_TYPE_CONDITIONAL)
-        return CUDA_ERROR_NOT_SUPPORTED;
+        return fg_node_set_by_kind(hGraphExec, hNode, c->type, nodeParams);
     return cond_update(c, nodeParams);
 }
 

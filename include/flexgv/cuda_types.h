@@ -439,8 +439,11 @@ typedef enum CUgraphNodeType_enum {
     CU_GRAPH_NODE_TYPE_EMPTY = 5,
     CU_GRAPH_NODE_TYPE_WAIT_EVENT = 6,
     CU_GRAPH_NODE_TYPE_EVENT_RECORD = 7,
+    CU_GRAPH_NODE_TYPE_EXT_SEMAS_SIGNAL = 8,
+    CU_GRAPH_NODE_TYPE_EXT_SEMAS_WAIT = 9,
     CU_GRAPH_NODE_TYPE_MEM_ALLOC = 10,
     CU_GRAPH_NODE_TYPE_MEM_FREE = 11,
+    CU_GRAPH_NODE_TYPE_BATCH_MEM_OP = 12,
     CU_GRAPH_NODE_TYPE_CONDITIONAL = 13
 } CUgraphNodeType;
 
@@ -912,20 +915,6 @@ typedef struct CUgraphExecUpdateResultInfo_st {
     CUgraphNode errorFromNode;
 } CUgraphExecUpdateResultInfo;
 
-/* cuGraphAddNode's parameters: a node's kind and that kind's parameters
- * (the kinds carried remotely named here; the union's size is the
- * driver's). */
-typedef struct CUgraphNodeParams_st {
-    CUgraphNodeType type;
-    int reserved0[3];
-    union {
-        long long reserved1[29];
-        CUDA_KERNEL_NODE_PARAMS kernel;
-        CUDA_CONDITIONAL_NODE_PARAMS conditional;
-    };
-    long long reserved2;
-} CUgraphNodeParams;
-
 /* A graph's memset node: height rows of width elements of elementSize
  * (1, 2 or 4) bytes set to value, rows pitch bytes apart. */
 typedef struct CUDA_MEMSET_NODE_PARAMS_st {
@@ -936,6 +925,70 @@ typedef struct CUDA_MEMSET_NODE_PARAMS_st {
     size_t width;
     size_t height;
 } CUDA_MEMSET_NODE_PARAMS;
+
+/* The parameters of cuGraphAddNode's kinds beside the kernel's and the
+ * conditional's (CUDA 12.2): a copy and the context it runs in, ... */
+typedef struct CUDA_MEMCPY_NODE_PARAMS_st {
+    int flags;
+    int reserved;
+    CUcontext copyCtx;
+    CUDA_MEMCPY3D copyParams;
+} CUDA_MEMCPY_NODE_PARAMS;
+
+/* ... a memset and its context, ... */
+typedef struct CUDA_MEMSET_NODE_PARAMS_v2_st {
+    CUdeviceptr dst;
+    size_t pitch;
+    unsigned int value;
+    unsigned int elementSize;
+    size_t width;
+    size_t height;
+    CUcontext ctx;
+} CUDA_MEMSET_NODE_PARAMS_v2;
+
+/* ... a child graph, cloned into the node or (CUDA 12.9) moved there,
+ * owned by it from then on, ... */
+typedef enum CUgraphChildGraphNodeOwnership_enum {
+    CU_GRAPH_CHILD_GRAPH_OWNERSHIP_CLONE = 0,
+    CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE = 1
+} CUgraphChildGraphNodeOwnership;
+typedef struct CUDA_CHILD_GRAPH_NODE_PARAMS_st {
+    CUgraph graph;
+    CUgraphChildGraphNodeOwnership ownership;
+} CUDA_CHILD_GRAPH_NODE_PARAMS;
+
+/* ... the event a node waits for or records, and the memory a node frees. */
+typedef struct CUDA_EVENT_WAIT_NODE_PARAMS_st {
+    CUevent event;
+} CUDA_EVENT_WAIT_NODE_PARAMS;
+typedef struct CUDA_EVENT_RECORD_NODE_PARAMS_st {
+    CUevent event;
+} CUDA_EVENT_RECORD_NODE_PARAMS;
+typedef struct CUDA_MEM_FREE_NODE_PARAMS_st {
+    CUdeviceptr dptr;
+} CUDA_MEM_FREE_NODE_PARAMS;
+
+/* cuGraphAddNode's parameters: a node's kind and that kind's parameters
+ * (those of the kinds made here; the union's size is the driver's; a host
+ * node's are read as CUDA 12's, without CUDA 13's sync mode after them). */
+typedef struct CUgraphNodeParams_st {
+    CUgraphNodeType type;
+    int reserved0[3];
+    union {
+        long long reserved1[29];
+        CUDA_KERNEL_NODE_PARAMS kernel;
+        CUDA_MEMCPY_NODE_PARAMS memcpy;
+        CUDA_MEMSET_NODE_PARAMS_v2 memset;
+        CUDA_HOST_NODE_PARAMS host;
+        CUDA_CHILD_GRAPH_NODE_PARAMS graph;
+        CUDA_EVENT_WAIT_NODE_PARAMS eventWait;
+        CUDA_EVENT_RECORD_NODE_PARAMS eventRecord;
+        CUDA_MEM_ALLOC_NODE_PARAMS alloc;
+        CUDA_MEM_FREE_NODE_PARAMS free;
+        CUDA_CONDITIONAL_NODE_PARAMS conditional;
+    };
+    long long reserved2;
+} CUgraphNodeParams;
 
 typedef struct CUDA_GRAPH_INSTANTIATE_PARAMS_st {
     cuuint64_t flags;

@@ -3,6 +3,7 @@
  * out by the function's, api/remote.api's kparams), and put together again
  * by the executor (remote/executor/graphs.c). */
 #include "client.h"
+#include "flexgv/graph_nodes.h"
 #include "flexgv/graph_v1.h"
 
 #include <stdlib.h>
@@ -310,8 +311,8 @@ static CUgraph *cond_array(CUgraphNode node, unsigned size)
 }
 
 static CUresult add_conditional(const char *name, CUgraphNode *phGraphNode, CUgraph hGraph,
-                                const CUgraphNode *dependencies, const CUgraphEdgeData *dependencyData,
-                                size_t numDependencies, CUDA_CONDITIONAL_NODE_PARAMS *c)
+                                const CUgraphNode *dependencies, size_t numDependencies,
+                                CUDA_CONDITIONAL_NODE_PARAMS *c)
 {
     /* The bodies come back first into a buffer of the call's, then into
      * the node's array once the node is known. */
@@ -321,7 +322,7 @@ static CUresult add_conditional(const char *name, CUgraphNode *phGraphNode, CUgr
     if (c->size && !got)
         return CUDA_ERROR_OUT_OF_MEMORY;
     CUgraphNode node = NULL;
-    CUresult r = fgrGraphAddConditionalNode(&node, hGraph, dependencies, dependencyData, numDependencies, c->handle,
+    CUresult r = fgrGraphAddConditionalNode(&node, hGraph, dependencies, NULL, numDependencies, c->handle,
                                             c->type, c->size, c->ctx, got);
     CUgraph *kept = r == CUDA_SUCCESS ? cond_array(node, c->size) : NULL;
     if (r == CUDA_SUCCESS && !kept)
@@ -337,45 +338,43 @@ static CUresult add_conditional(const char *name, CUgraphNode *phGraphNode, CUgr
     return r;
 }
 
-/* Edges that say nothing but the order: what the entry points by kind add. */
-static int plain_edges(const CUgraphEdgeData *e, size_t n)
+/* Conditional nodes and moved child graphs by their own requests, kinds
+ * not carried refused, the others through their own entry points. */
+static CUresult add_one(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                        size_t numDependencies, CUgraphNodeParams *p)
 {
-    static const CUgraphEdgeData zero;
-    for (size_t i = 0; e && i < n; i++)
-        if (memcmp(&e[i], &zero, sizeof zero))
-            return 0;
-    return 1;
-}
-
-static CUresult add_node(const char *name, CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
-                         const CUgraphEdgeData *dependencyData, size_t numDependencies, CUgraphNodeParams *p)
-{
-    if (!p)
-        return CUDA_ERROR_INVALID_VALUE;
-    if (p->type == CU_GRAPH_NODE_TYPE_CONDITIONAL)
-        return add_conditional(name, phGraphNode, hGraph, dependencies, dependencyData, numDependencies,
+    switch (p->type) {
+    case CU_GRAPH_NODE_TYPE_CONDITIONAL:
+        return add_conditional("cuGraphAddNode", phGraphNode, hGraph, dependencies, numDependencies,
                                &p->conditional);
-    if (p->type != CU_GRAPH_NODE_TYPE_KERNEL && p->type != CU_GRAPH_NODE_TYPE_EMPTY)
-        return fgr_unsupported(-1, name, "a node of this kind (its own entry point is carried)");
-    if (!plain_edges(dependencyData, numDependencies))
-        return fgr_unsupported(-1, name, "a kernel or empty node with edge data");
-    if (p->type == CU_GRAPH_NODE_TYPE_KERNEL)
-        return cuGraphAddKernelNode_v2(phGraphNode, hGraph, dependencies, numDependencies, &p->kernel);
-    return cuGraphAddEmptyNode(phGraphNode, hGraph, dependencies, numDependencies);
+    case CU_GRAPH_NODE_TYPE_GRAPH:
+        if (p->graph.ownership == CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE)
+            return fgrGraphAddMovedChild(phGraphNode, hGraph, dependencies, numDependencies, p->graph.graph);
+        if (p->graph.ownership != CU_GRAPH_CHILD_GRAPH_OWNERSHIP_CLONE)
+            return CUDA_ERROR_INVALID_VALUE;
+        break;
+    case CU_GRAPH_NODE_TYPE_EXT_SEMAS_SIGNAL:
+    case CU_GRAPH_NODE_TYPE_EXT_SEMAS_WAIT:
+        return fgr_unsupported(-1, "cuGraphAddNode", "an external semaphore node (none is imported)");
+    case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP:
+        return fgr_unsupported(-1, "cuGraphAddNode", "a batch memory operation node");
+    default: break;
+    }
+    return fg_node_add_by_kind(phGraphNode, hGraph, dependencies, numDependencies, p);
 }
 
 FGR_EXPORT CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                                    size_t numDependencies, CUgraphNodeParams *nodeParams)
 {
-    return add_node("cuGraphAddNode", phGraphNode, hGraph, dependencies, NULL, numDependencies, nodeParams);
+    return fg_node_add_with_edges(add_one, phGraphNode, hGraph, dependencies, NULL, numDependencies, nodeParams);
 }
 
 FGR_EXPORT CUresult cuGraphAddNode_v2(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                                       const CUgraphEdgeData *dependencyData, size_t numDependencies,
                                       CUgraphNodeParams *nodeParams)
 {
-    return add_node("cuGraphAddNode_v2", phGraphNode, hGraph, dependencies, dependencyData, numDependencies,
-                    nodeParams);
+    return fg_node_add_with_edges(add_one, phGraphNode, hGraph, dependencies, dependencyData, numDependencies,
+                                  nodeParams);
 }
 
 /* A conditional node's parameters, its bodies in the node's array (a
@@ -410,32 +409,36 @@ FGR_EXPORT CUresult cuGraphNodeGetParams(CUgraphNode hNode, CUgraphNodeParams *n
     }
     if (got != first)
         free(got);
-    if (r == CUDA_ERROR_NOT_SUPPORTED)
-        return fgr_unsupported(-1, "cuGraphNodeGetParams", "a node other than a conditional one");
+    CUgraphNodeType t;
+    if (r == CUDA_ERROR_NOT_SUPPORTED && (r = cuGraphNodeGetType(hNode, &t)) == CUDA_SUCCESS)
+        return fg_node_get_by_kind(hNode, t, nodeParams);
     return r;
 }
 
-static CUresult set_params(const char *name, CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *p)
+/* A conditional node's parameters by their own request, the other kinds'
+ * through their own entry points. */
+static CUresult set_params(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *p)
 {
-    if (!p)
+    CUgraphNodeType t;
+    CUresult r = p ? cuGraphNodeGetType(hNode, &t) : CUDA_ERROR_INVALID_VALUE;
+    if (r != CUDA_SUCCESS)
+        return r;
+    if (t != CU_GRAPH_NODE_TYPE_CONDITIONAL)
+        return fg_node_set_by_kind(hGraphExec, hNode, t, p);
+    if (p->type != t)
         return CUDA_ERROR_INVALID_VALUE;
-    if (p->type != CU_GRAPH_NODE_TYPE_CONDITIONAL)
-        return fgr_unsupported(-1, name, "parameters of a node other than a conditional one");
     const CUDA_CONDITIONAL_NODE_PARAMS *c = &p->conditional;
-    CUresult r = fgrGraphConditionalNodeSetParams(hGraphExec, hNode, c->handle, c->type, c->size, c->ctx);
-    if (r == CUDA_ERROR_NOT_SUPPORTED)
-        return fgr_unsupported(-1, name, "parameters of a node other than a conditional one");
-    return r;
+    return fgrGraphConditionalNodeSetParams(hGraphExec, hNode, c->handle, c->type, c->size, c->ctx);
 }
 
 FGR_EXPORT CUresult cuGraphNodeSetParams(CUgraphNode hNode, CUgraphNodeParams *nodeParams)
 {
-    return set_params("cuGraphNodeSetParams", NULL, hNode, nodeParams);
+    return set_params(NULL, hNode, nodeParams);
 }
 
 FGR_EXPORT CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *nodeParams)
 {
-    return set_params("cuGraphExecNodeSetParams", hGraphExec, hNode, nodeParams);
+    return set_params(hGraphExec, hNode, nodeParams);
 }
 
 /* The CUDA 10 and 11 ABIs, made as the current ones. */

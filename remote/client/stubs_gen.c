@@ -6625,6 +6625,27 @@ FGR_EXPORT CUresult fgrGraphAddConditionalNode(CUgraphNode *phGraphNode, CUgraph
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult fgrGraphAddMovedChild(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph)
+{
+    CUresult fgr_r;
+    uint64_t n_phGraphNode = phGraphNode ? sizeof(CUgraphNode) : 0;
+    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_dependencies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrGraphAddMovedChild", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrGraphAddMovedChild, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)childGraph);
+    fgr_put_u8(&fgr_c.w, phGraphNode != NULL);
+    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phGraphNode, n_phGraphNode, 0);
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult fgrGraphConditionalNodeGetParams(CUgraphNode hNode, CUgraphConditionalHandle *handle, unsigned int *type, unsigned int *size, CUcontext *ctx, CUgraph *bodies, unsigned int cap)
 {
     CUresult fgr_r;
@@ -8024,6 +8045,7 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuGraphExecGetFlags] = "cuGraphExecGetFlags",
     [FGR_OP_cuGraphConditionalHandleCreate] = "cuGraphConditionalHandleCreate",
     [FGR_OP_fgrGraphAddConditionalNode] = "fgrGraphAddConditionalNode",
+    [FGR_OP_fgrGraphAddMovedChild] = "fgrGraphAddMovedChild",
     [FGR_OP_fgrGraphConditionalNodeGetParams] = "fgrGraphConditionalNodeGetParams",
     [FGR_OP_fgrGraphConditionalNodeSetParams] = "fgrGraphConditionalNodeSetParams",
     [FGR_OP_cuGraphExecUpdate_v2] = "cuGraphExecUpdate_v2",
@@ -8621,6 +8643,7 @@ const struct fg_proc fgr_procs[] = {
     {"cuGraphAddNode", "cuGraphAddNode", 12020, 0, (void *)cuGraphAddNode},
     {"cuGraphAddNode", "cuGraphAddNode_v2", 12030, 0, (void *)cuGraphAddNode_v2},
     {"fgrGraphAddConditionalNode", "fgrGraphAddConditionalNode", 0, 0, (void *)fgrGraphAddConditionalNode},
+    {"fgrGraphAddMovedChild", "fgrGraphAddMovedChild", 0, 0, (void *)fgrGraphAddMovedChild},
     {"cuGraphNodeGetParams", "cuGraphNodeGetParams", 12020, 0, (void *)cuGraphNodeGetParams},
     {"cuGraphNodeSetParams", "cuGraphNodeSetParams", 12020, 0, (void *)cuGraphNodeSetParams},
     {"cuGraphExecNodeSetParams", "cuGraphExecNodeSetParams", 12020, 0, (void *)cuGraphExecNodeSetParams},

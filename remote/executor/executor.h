@@ -307,10 +307,12 @@ void fgr_own_init(void *driver);
 int fgr_names_new_key(uint32_t k[4]);
 /* Whether the connection's v is owned by a handle of kind okind. */
 int fgr_owned_by(int kind, uint64_t v, int okind);
-/* Forgets v and everything it owns. */
+/* (kind, v) is owned by (okind, owner) from now on: forgotten with it. */
+void fgr_own_by(int kind, uint64_t v, int okind, uint64_t owner);
 /* One more reference to a handle the connection has: fgr_drop then takes
  * one away before it forgets the handle. */
 void fgr_retain(int kind, uint64_t v);
+/* Forgets v and everything it owns. */
 void fgr_drop(int kind, uint64_t v);
 /* [p, p+n) lies in one range this connection allocated. */
 int fgr_mem_in(uint64_t p, uint64_t n);

@@ -148,6 +148,28 @@ static CUresult conditional_node(CUgraphNode *phGraphNode, CUgraph hGraph, const
     return CUDA_SUCCESS;
 }
 
+/* fgrGraphAddMovedChild: a child graph moved into its node (CUDA 12.9).
+ * The connection's graph, its nodes and names as they were, is the node's
+ * from then on: forgotten with it, and not to be destroyed by itself. */
+static CUresult moved_child(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                            size_t numDependencies, CUgraph childGraph)
+{
+    if (!phGraphNode)
+        return fgr_refuse("fgrGraphAddMovedChild", "phGraphNode", 0, CUDA_ERROR_INVALID_VALUE);
+    if (fgr_owned_by(FGR_H_CUgraph, (uint64_t)(uintptr_t)childGraph, FGR_H_CUgraphNode))
+        return fgr_refuse("fgrGraphAddMovedChild", "childGraph (a node's)", 0, CUDA_ERROR_INVALID_VALUE);
+    CUgraphNodeParams p;
+    memset(&p, 0, sizeof p);
+    p.type = CU_GRAPH_NODE_TYPE_GRAPH;
+    p.graph.graph = childGraph;
+    p.graph.ownership = CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE;
+    CUresult r = add_node(phGraphNode, hGraph, dependencies, numDependencies, &p);
+    if (r == CUDA_SUCCESS)
+        fgr_own_by(FGR_H_CUgraph, (uint64_t)(uintptr_t)childGraph, FGR_H_CUgraphNode,
+                   (uint64_t)(uintptr_t)*phGraphNode);
+    return r;
+}
+
 /* hNode's parameters, a conditional node's only. */
 static CUresult conditional_params(CUgraphNode hNode, CUgraphNodeParams *p)
 {
@@ -293,6 +315,7 @@ void fgr_graphs_init(void *driver)
     *(void **)&node_set_params = dlsym(driver, "cuGraphNodeSetParams");
     *(void **)&exec_node_set_params = dlsym(driver, "cuGraphExecNodeSetParams");
     fgr_real[FGR_OP_fgrGraphAddConditionalNode] = add_node_v2 || add_node ? (void *)conditional_node : NULL;
+    fgr_real[FGR_OP_fgrGraphAddMovedChild] = add_node ? (void *)moved_child : NULL;
     fgr_real[FGR_OP_fgrGraphConditionalNodeGetParams] = node_get_params ? (void *)conditional_get : NULL;
     fgr_real[FGR_OP_fgrGraphConditionalNodeSetParams] = node_get_params ? (void *)conditional_set : NULL;
     *(void **)&capture_info_v2 = dlsym(driver, "cuStreamGetCaptureInfo_v2");

@@ -376,6 +376,15 @@ int fgr_owned_by(int kind, uint64_t v, int okind)
     return e && e->okind == okind;
 }
 
+void fgr_own_by(int kind, uint64_t v, int okind, uint64_t owner)
+{
+    struct ent *e = find(kind, v);
+    if (e) {
+        e->okind = (uint8_t)okind;
+        e->owner = owner;
+    }
+}
+
 void fgr_retain(int kind, uint64_t v)
 {
     struct ent *e = find(kind, v);

@@ -72,12 +72,23 @@
  *                         back and copied; calls on a memset node, another graph's node,
  *                         without parameters and (given two devices) with
  *                         another device's function refused
+ *     graphnodes generic  every kind of node made by cuGraphAddNode (an
+ *                         allocation, memsets, a kernel, a copy, a host
+ *                         function, a cloned child, events, an empty node,
+ *                         a free), each read back by cuGraphNodeGetParams;
+ *                         launched; parameters changed by
+ *                         cuGraphNodeSetParams and cuGraphExecNodeSetParams
+ *                         and launched again; an edge with data; a child
+ *                         graph moved into its node, its own node set in
+ *                         the executable; kinds and values refused
  *     graphnodes hostile  what a connection may not name: a memset node
  *                         outside its memory, a forged graph, an allocation
  *                         node's access descriptors (pointers into the
  *                         program), a conditional node of 2^20 bodies, its
  *                         body graph destroyed alone or used once its node
- *                         is gone; then a call that is allowed */
+ *                         is gone; then a call that is allowed; a child
+ *                         graph moved into its node, used once its parent
+ *                         graph is gone */
 #include "common.h"
 
 #include <stdint.h>
@@ -535,6 +546,18 @@ static int hostile(CUcontext ctx)
     printf("the body of a destroyed node: %s\n", result_name(cuGraphGetNodes(body, NULL, &n)));
     sp = set_params(b, 1, 1, ROW, 1, 0);
     printf("then a memset in its memory: %s\n", result_name(cuGraphAddMemsetNode(&node, g, NULL, 0, &sp, ctx)));
+    /* So is a child graph moved into its node: gone with the node's graph. */
+    CUgraph moved, parent;
+    CHECK(cuGraphCreate(&moved, 0));
+    CHECK(cuGraphCreate(&parent, 0));
+    CHECK(cuGraphAddMemsetNode(&node, moved, NULL, 0, &sp, ctx));
+    np.type = CU_GRAPH_NODE_TYPE_GRAPH;
+    memset(&np.graph, 0, sizeof np.graph);
+    np.graph.graph = moved;
+    np.graph.ownership = CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE;
+    CHECK(cuGraphAddNode(&node, parent, NULL, 0, &np));
+    CHECK(cuGraphDestroy(parent));
+    printf("a moved child graph once its parent is gone: %s\n", result_name(cuGraphGetNodes(moved, NULL, &n)));
     CHECK(cuGraphDestroy(g));
     CHECK(cuMemFree_v2(b));
     return 0;
@@ -1755,6 +1778,236 @@ static int old_abis(CUcontext ctx)
     return 0;
 }
 
+static int generic_calls;
+
+static void generic_fn(void *data) { generic_calls += *(int *)data; }
+
+static CUgraphNodeParams node_of(CUgraphNodeType t)
+{
+    CUgraphNodeParams p;
+    memset(&p, 0, sizeof p);
+    p.type = t;
+    return p;
+}
+
+static CUgraphNodeParams memset_node(CUdeviceptr dst, unsigned v, size_t w, CUcontext ctx)
+{
+    CUgraphNodeParams p = node_of(CU_GRAPH_NODE_TYPE_MEMSET);
+    p.memset.dst = dst;
+    p.memset.value = v;
+    p.memset.elementSize = 1;
+    p.memset.width = w;
+    p.memset.height = 1;
+    p.memset.ctx = ctx;
+    return p;
+}
+
+static int generic(CUcontext ctx)
+{
+    CUstream st;
+    CUmodule mod;
+    CUfunction fill;
+    CUdeviceptr w;
+    CUevent gate, done;
+    CHECK(cuStreamCreate(&st, 0));
+    CHECK(cuModuleLoadData(&mod, COND_MODULE));
+    CHECK(cuModuleGetFunction(&fill, mod, "fill"));
+    CHECK(cuMemAlloc_v2(&w, 64));
+    CHECK(cuMemsetD8_v2(w, 0, 64));
+    CHECK(cuEventCreate(&gate, 0));
+    CHECK(cuEventCreate(&done, 0));
+    CHECK(cuEventRecord(gate, st));
+
+    /* A child graph of one memset, cloned into its node below. */
+    CUgraph child, g;
+    CUgraphNode n[11];
+    CHECK(cuGraphCreate(&child, 0));
+    CUgraphNodeParams p = memset_node(w + 48, 0x33, 4, ctx);
+    CHECK(cuGraphAddNode(&n[0], child, NULL, 0, &p));
+
+    CHECK(cuGraphCreate(&g, 0));
+    p = node_of(CU_GRAPH_NODE_TYPE_WAIT_EVENT);
+    p.eventWait.event = gate;
+    CHECK(cuGraphAddNode(&n[0], g, NULL, 0, &p));
+    CUgraphNodeParams alloc = node_of(CU_GRAPH_NODE_TYPE_MEM_ALLOC);
+    alloc.alloc = alloc_params(256);
+    CHECK(cuGraphAddNode(&n[1], g, &n[0], 1, &alloc));
+    CUdeviceptr a = alloc.alloc.dptr;
+    p = memset_node(a, 0x5a, 16, ctx);
+    CHECK(cuGraphAddNode(&n[2], g, &n[1], 1, &p));
+    unsigned v42 = 42, one = 1;
+    CUdeviceptr word = w;
+    void *fargs[] = {&word, &v42, &one};
+    p = node_of(CU_GRAPH_NODE_TYPE_KERNEL);
+    p.kernel = one_thread(fill, fargs);
+    CHECK(cuGraphAddNode(&n[3], g, &n[2], 1, &p));
+    p = node_of(CU_GRAPH_NODE_TYPE_MEMCPY);
+    p.memcpy.copyCtx = ctx;
+    p.memcpy.copyParams = copy_params(CU_MEMORYTYPE_DEVICE, NULL, a, CU_MEMORYTYPE_DEVICE, NULL, w + 16, 16, 1, 16);
+    CHECK(cuGraphAddNode(&n[4], g, &n[3], 1, &p));
+    int step = 1;
+    p = node_of(CU_GRAPH_NODE_TYPE_HOST);
+    p.host.fn = generic_fn;
+    p.host.userData = &step;
+    CHECK(cuGraphAddNode(&n[5], g, &n[4], 1, &p));
+    p = node_of(CU_GRAPH_NODE_TYPE_GRAPH);
+    p.graph.graph = child;
+    CHECK(cuGraphAddNode(&n[6], g, &n[5], 1, &p));
+    p = node_of(CU_GRAPH_NODE_TYPE_EVENT_RECORD);
+    p.eventRecord.event = done;
+    CHECK(cuGraphAddNode(&n[7], g, &n[6], 1, &p));
+    p = node_of(CU_GRAPH_NODE_TYPE_MEM_FREE);
+    p.free.dptr = a;
+    CHECK(cuGraphAddNode(&n[8], g, &n[7], 1, &p));
+    p = node_of(CU_GRAPH_NODE_TYPE_EMPTY);
+    CHECK(cuGraphAddNode(&n[9], g, &n[8], 1, &p));
+    size_t count = 0;
+    CHECK(cuGraphGetNodes(g, NULL, &count));
+    printf("nodes: %zu; types:", count);
+    for (int i = 0; i < 10; i++) {
+        CUgraphNodeType t;
+        CHECK(cuGraphNodeGetType(n[i], &t));
+        printf(" %d", (int)t);
+    }
+    printf("\n");
+
+    /* Each node read back by the generic entry point. */
+    CUgraphNodeParams b[10];
+    for (int i = 0; i < 10; i++) {
+        memset(&b[i], 0xff, sizeof b[i]);
+        CHECK(cuGraphNodeGetParams(n[i], &b[i]));
+    }
+    CUcontext cur;
+    CHECK(cuCtxGetCurrent(&cur));
+    size_t in_child = 0;
+    CHECK(cuGraphGetNodes(b[6].graph.graph, NULL, &in_child));
+    printf("read back: wait on gate %s; allocation of %zu at its address %s; memset value %#x width %zu in the "
+           "current context %s; kernel fill %s, grid %u; copy of %zu bytes in the current context %s; host "
+           "function %s with its data %s; child graph of %zu node, its own %s; record of done %s; free of the "
+           "allocation %s; empty type %d\n",
+           b[0].eventWait.event == gate ? "yes" : "no", b[1].alloc.bytesize, b[1].alloc.dptr == a ? "yes" : "no",
+           b[2].memset.value, b[2].memset.width, b[2].memset.ctx == cur ? "yes" : "no",
+           b[3].kernel.func == fill ? "yes" : "no", b[3].kernel.gridDimX, b[4].memcpy.copyParams.WidthInBytes,
+           b[4].memcpy.copyCtx == cur ? "yes" : "no", b[5].host.fn == generic_fn ? "yes" : "no",
+           b[5].host.userData == &step ? "yes" : "no", in_child, b[6].graph.graph != child ? "yes" : "no",
+           b[7].eventRecord.event == done ? "yes" : "no", b[8].free.dptr == a ? "yes" : "no", (int)b[9].type);
+
+    CUgraphExec x;
+    CHECK(cuGraphInstantiateWithFlags(&x, g, 0));
+    unsigned char h[64];
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    CHECK(cuMemcpyDtoH_v2(h, w, 64));
+    print_bytes("launched", h, 64);
+    printf("host calls %d, done %s\n", generic_calls, result_name(cuEventQuery(done)));
+
+    /* Changed: the graph's memset node (a new executable sees it), the
+     * executable's kernel and host nodes (the graph's stay). */
+    p = memset_node(a, 0x44, 16, ctx);
+    printf("graph's memset set: %s\n", result_name(cuGraphNodeSetParams(n[2], &p)));
+    unsigned v7 = 7;
+    void *sargs[] = {&word, &v7, &one};
+    p = node_of(CU_GRAPH_NODE_TYPE_KERNEL);
+    p.kernel = one_thread(fill, sargs);
+    printf("executable's kernel set: %s\n", result_name(cuGraphExecNodeSetParams(x, n[3], &p)));
+    int ten = 10;
+    p = node_of(CU_GRAPH_NODE_TYPE_HOST);
+    p.host.fn = generic_fn;
+    p.host.userData = &ten;
+    printf("executable's host node set: %s\n", result_name(cuGraphExecNodeSetParams(x, n[5], &p)));
+    CHECK(cuGraphLaunch(x, st));
+    CHECK(cuStreamSynchronize(st));
+    CHECK(cuMemcpyDtoH_v2(h, w, 64));
+    print_bytes("the executable again", h, 64);
+    CUgraphExec y; /* one executable at a time: the graph allocates */
+    CHECK(cuGraphExecDestroy(x));
+    CHECK(cuGraphInstantiateWithFlags(&y, g, 0));
+    CHECK(cuGraphLaunch(y, st));
+    CHECK(cuStreamSynchronize(st));
+    CHECK(cuMemcpyDtoH_v2(h, w, 64));
+    print_bytes("a new executable", h, 64);
+    printf("host calls %d\n", generic_calls);
+
+    /* Refused: another kind's parameters, a kind that cannot change, kinds
+     * not made, an unknown ownership. */
+    p = memset_node(a, 1, 16, ctx);
+    printf("memset parameters for the kernel node: %s\n", result_name(cuGraphNodeSetParams(n[3], &p)));
+    printf("the allocation node's set: %s\n", result_name(cuGraphNodeSetParams(n[1], &alloc)));
+    CUgraphNode bad;
+    p = node_of(CU_GRAPH_NODE_TYPE_EXT_SEMAS_SIGNAL);
+    printf("external semaphore node: %s\n", result_name(cuGraphAddNode(&bad, g, NULL, 0, &p)));
+    p = node_of(CU_GRAPH_NODE_TYPE_BATCH_MEM_OP);
+    printf("batch memory operation node: %s\n", result_name(cuGraphAddNode(&bad, g, NULL, 0, &p)));
+    p = node_of(CU_GRAPH_NODE_TYPE_GRAPH);
+    p.graph.graph = child;
+    p.graph.ownership = (CUgraphChildGraphNodeOwnership)7;
+    printf("ownership 7: %s\n", result_name(cuGraphAddNode(&bad, g, NULL, 0, &p)));
+    p = node_of((CUgraphNodeType)99);
+    printf("kind 99: %s\n", result_name(cuGraphAddNode(&bad, g, NULL, 0, &p)));
+    CHECK(cuGraphGetNodes(g, NULL, &count));
+    printf("nodes still: %zu\n", count);
+    CHECK(cuGraphExecDestroy(y));
+    CHECK(cuGraphDestroy(g));
+
+    /* An edge with data (a programmatic launch's), given by cuGraphAddNode_v2:
+     * the simulated GPU has plain edges only, so the node is not added. */
+    CUgraph e;
+    CUgraphNode k1, k2 = NULL;
+    CHECK(cuGraphCreate(&e, 0));
+    p = node_of(CU_GRAPH_NODE_TYPE_KERNEL);
+    p.kernel = one_thread(fill, fargs);
+    CHECK(cuGraphAddNode(&k1, e, NULL, 0, &p));
+    CUgraphEdgeData ed;
+    memset(&ed, 0, sizeof ed);
+    ed.from_port = 1; /* CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC */
+    ed.type = 1;      /* CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC */
+    CUresult r = cuGraphAddNode_v2(&k2, e, &k1, &ed, 1, &p);
+    CHECK(cuGraphGetNodes(e, NULL, &count));
+    printf("a kernel node after a programmatic edge: %s, nodes %zu, handed back %s\n", result_name(r), count,
+           k2 ? "yes" : "no");
+    memset(&ed, 0, sizeof ed);
+    CHECK(cuGraphAddNode_v2(&k2, e, &k1, &ed, 1, &p));
+    size_t ne = 0;
+    CHECK(cuGraphGetEdges(e, NULL, NULL, &ne));
+    printf("after a plain edge: %zu edge\n", ne);
+    CHECK(cuGraphDestroy(e));
+
+    /* A child graph moved into its node: the program's graph is the node's,
+     * and its own node, set in the parent's executable, changes what it runs. */
+    CUgraph moved, parent;
+    CUgraphNode inner, mnode;
+    CHECK(cuGraphCreate(&moved, 0));
+    p = memset_node(w + 56, 0x66, 4, ctx);
+    CHECK(cuGraphAddNode(&inner, moved, NULL, 0, &p));
+    CHECK(cuGraphCreate(&parent, 0));
+    p = node_of(CU_GRAPH_NODE_TYPE_GRAPH);
+    p.graph.graph = moved;
+    p.graph.ownership = CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE;
+    CHECK(cuGraphAddNode(&mnode, parent, NULL, 0, &p));
+    CUgraph back = NULL;
+    CHECK(cuGraphChildGraphNodeGetGraph(mnode, &back));
+    printf("moved: the node's graph is the program's %s; destroyed alone: %s; moved again: %s\n",
+           back == moved ? "yes" : "no", result_name(cuGraphDestroy(moved)),
+           result_name(cuGraphAddNode(&bad, parent, NULL, 0, &p)));
+    CUgraphExec m;
+    printf("instantiated alone: %s\n", result_name(cuGraphInstantiateWithFlags(&m, moved, 0)));
+    CHECK(cuGraphInstantiateWithFlags(&m, parent, 0));
+    p = memset_node(w + 56, 0x77, 4, ctx);
+    printf("its node set in the parent's executable: %s\n", result_name(cuGraphExecNodeSetParams(m, inner, &p)));
+    CHECK(cuGraphLaunch(m, st));
+    CHECK(cuStreamSynchronize(st));
+    CHECK(cuMemcpyDtoH_v2(h, w, 64));
+    print_bytes("moved child launched", h, 64);
+    CHECK(cuGraphExecDestroy(m));
+    CHECK(cuGraphDestroy(parent)); /* and the moved graph with it */
+
+    CHECK(cuGraphDestroy(child));
+    CHECK(cuEventDestroy_v2(gate));
+    CHECK(cuEventDestroy_v2(done));
+    CHECK(cuMemFree_v2(w));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     CUcontext ctx = primary_context();
@@ -1787,5 +2040,7 @@ int main(int argc, char **argv)
         return kernelparams(ctx);
     if (argc > 1 && strcmp(argv[1], "old") == 0)
         return old_abis(ctx);
+    if (argc > 1 && strcmp(argv[1], "generic") == 0)
+        return generic(ctx);
     return run(ctx);
 }

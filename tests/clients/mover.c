@@ -3,8 +3,9 @@
  *     mover STEPS [HOLD_AT[,HOLD_AT...] READY GO [busy][,grow][,pool][,hostfn]]
  * Each step adds the step's number to every word of a buffer and of a
  * module variable (a kernel launched on a stream), and to another buffer
- * twice the last odd step's (an explicit graph's kernel node, its
- * executable's parameters changed at odd steps), fills mapped pinned
+ * twice the last odd step's (an explicit graph's kernel node, in a child
+ * graph moved into its node, its executable's parameters changed at odd
+ * steps), fills mapped pinned
  * memory, uploads a region of its own (from pinned memory at odd steps,
  * from pageable memory at even ones, each buffer filled again at its next
  * step: what a failover makes again must be what each upload took then),
@@ -27,6 +28,10 @@
 #include <stdint.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+/* Not in the hooked table (api/cuda.api): declared here. */
+CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                        size_t numDependencies, CUgraphNodeParams *nodeParams);
 
 enum { WORDS = 1 << 18 }; /* 1 MiB each: more than one piece of a move */
 enum { UPW = 1 << 14 };   /* an upload's words, 64 KiB: over shm://, through the staging area */
@@ -122,8 +127,9 @@ int main(int argc, char **argv)
     CHECK(cuLaunchKernel(fill, 1, 1, 1, 256, 1, 1, 0, s, fb, NULL));
     CHECK(cuMemFree_v2(scratch)); /* freed: not part of what moves */
 
-    /* The graph: one kernel node adding `inc` to b; inc is set per step
-     * through the executable's node parameters. */
+    /* The graph: one kernel node adding `inc` to b, in a child graph moved
+     * into its node (as XLA's command buffers nest theirs); inc is set per
+     * step through the executable's copy of the child's node. */
     unsigned inc = 0;
     void *gp[] = {&b, &inc, &n};
     CUgraph g;
@@ -136,8 +142,17 @@ int main(int argc, char **argv)
     kp.blockDimX = 256;
     kp.blockDimY = kp.blockDimZ = 1;
     kp.kernelParams = gp;
+    CUgraph inner;
+    CUgraphNode child;
+    CUgraphNodeParams moved;
+    CHECK(cuGraphCreate(&inner, 0));
+    CHECK(cuGraphAddKernelNode_v2(&node, inner, NULL, 0, &kp));
     CHECK(cuGraphCreate(&g, 0));
-    CHECK(cuGraphAddKernelNode_v2(&node, g, NULL, 0, &kp));
+    memset(&moved, 0, sizeof moved);
+    moved.type = CU_GRAPH_NODE_TYPE_GRAPH;
+    moved.graph.graph = inner;
+    moved.graph.ownership = CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE;
+    CHECK(cuGraphAddNode(&child, g, NULL, 0, &moved));
     CHECK(cuGraphInstantiateWithFlags(&ge, g, 0));
 
     /* Mapped pinned memory a kernel writes each step. */

@@ -70,6 +70,37 @@ func TestRemoteGraphConditionalNodes(t *testing.T) {
 	printsAsLocally(t, local, []string{"graphnodes", "conditional"}, "unix", "shm", "tcp")
 }
 
+// cuGraphAddNode makes every kind of node remotely as locally, over every
+// transport (CUDA 12.2's way to build a graph, which XLA's command buffers
+// use): an allocation, memsets, a kernel, a copy, a host function, a cloned
+// child, event wait and record nodes, an empty node and a free, each read
+// back by cuGraphNodeGetParams; their parameters changed in the graph and
+// in an executable; an edge with data refused by the server's driver with
+// no node left behind; a child graph moved into its node (CUDA 12.9), the
+// program's graph then the node's (not destroyed, instantiated or moved
+// alone), its own node changed in the parent's executable; kinds not made
+// refused. Each kind went through cuGraphAddNode's refusal before.
+func TestRemoteGraphNodesOfEveryKind(t *testing.T) {
+	e := newEnv(t)
+	local := e.run("graphnodes", "generic")
+	for _, want := range []string{
+		"nodes: 10; types: 6 10 2 0 1 3 4 7 11 5\n",
+		"read back: wait on gate yes; allocation of 256 at its address yes; memset value 0x5a width 16 in the current context yes; kernel fill yes, grid 1; copy of 16 bytes in the current context yes; host function yes with its data yes; child graph of 1 node, its own yes; record of done yes; free of the allocation yes; empty type 5\n",
+		"launched: 0=2a 16=5a", " 31=5a 48=33 49=33 50=33 51=33\nhost calls 1, done CUDA_SUCCESS\n",
+		"the executable again: 0=07 16=5a", "a new executable: 0=2a 16=44", "host calls 12\n",
+		"memset parameters for the kernel node: CUDA_ERROR_INVALID_VALUE\nthe allocation node's set: CUDA_ERROR_NOT_SUPPORTED\n",
+		"external semaphore node: CUDA_ERROR_NOT_SUPPORTED\nbatch memory operation node: CUDA_ERROR_NOT_SUPPORTED\nownership 7: CUDA_ERROR_INVALID_VALUE\nkind 99: CUDA_ERROR_INVALID_VALUE\nnodes still: 10\n",
+		"a kernel node after a programmatic edge: CUDA_ERROR_NOT_SUPPORTED, nodes 1, handed back no\nafter a plain edge: 1 edge\n",
+		"moved: the node's graph is the program's yes; destroyed alone: CUDA_ERROR_INVALID_VALUE; moved again: CUDA_ERROR_INVALID_VALUE\ninstantiated alone: CUDA_ERROR_INVALID_VALUE\nits node set in the parent's executable: CUDA_SUCCESS\n",
+		" 56=77 57=77 58=77 59=77\n",
+	} {
+		if local.code != 0 || !strings.Contains(local.stdout, want) {
+			t.Fatalf("locally: exit %d, no %q in\n%s%s", local.code, want, local.stdout, local.stderr)
+		}
+	}
+	printsAsLocally(t, local, []string{"graphnodes", "generic"}, "unix", "shm", "tcp")
+}
+
 // The CUDA 10 and 11 ABIs that a CUDA 11 runtime looks up at its own
 // version (kernel nodes without a kernel handle or context, cuGraphExecUpdate
 // with its two results, cuStreamGetCaptureInfo with two) resolve remotely
@@ -110,6 +141,7 @@ conditional node of 2^20 bodies: CUDA_ERROR_INVALID_VALUE
 a conditional node's body destroyed alone: CUDA_ERROR_INVALID_VALUE
 the body of a destroyed node: CUDA_ERROR_INVALID_HANDLE
 then a memset in its memory: CUDA_SUCCESS
+a moved child graph once its parent is gone: CUDA_ERROR_INVALID_HANDLE
 `
 	if got.code != 0 || got.stdout != want {
 		t.Fatalf("exit %d, printed\n%s\nwant\n%s\n%s", got.code, got.stdout, want, got.stderr)
