@@ -1826,12 +1826,26 @@ static CUresult add_conditional(CUgraphNode *phGraphNode, CUgraph hGraph, const 
  * from then on, so the nodes the program holds of it are the node's (an
  * executable's are set through them); it may not be destroyed, instantiated
  * or made a child again. One with memory nodes is not simulated. */
+/* Whether g is one of outer's child graphs or conditional bodies, at any depth. */
+static int holds(const struct sim_graph *outer, const struct sim_graph *g)
+{
+    for (size_t i = 0; i < outer->n; i++) {
+        const struct sim_node *n = outer->nodes[i];
+        if (n->type == CU_GRAPH_NODE_TYPE_GRAPH && (n->u.child == g || holds(n->u.child, g)))
+            return 1;
+        for (unsigned b = 0; n->type == CU_GRAPH_NODE_TYPE_CONDITIONAL && n->u.cond.bodies && b < n->u.cond.size; b++)
+            if ((struct sim_graph *)n->u.cond.bodies[b] == g || holds((struct sim_graph *)n->u.cond.bodies[b], g))
+                return 1;
+    }
+    return 0;
+}
+
 static CUresult add_moved_child(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *deps, size_t ndeps,
                                 CUgraph childGraph)
 {
     struct sim_graph *g = as_graph(hGraph), *child = as_graph(childGraph);
-    if (!g || !child || child == g || child->moved)
-        return CUDA_ERROR_INVALID_VALUE;
+    if (!g || !child || child == g || child->moved || holds(child, g))
+        return CUDA_ERROR_INVALID_VALUE; /* a graph cannot hold itself */
     if (child->mem)
         return CUDA_ERROR_NOT_SUPPORTED;
     struct sim_node *n = node_new(CU_GRAPH_NODE_TYPE_GRAPH);

@@ -5,7 +5,8 @@
 // back by cuGraphNodeGetParams; launched; parameters changed in the graph
 // and in an executable and launched again; kinds refused; an edge with
 // data (a programmatic launch's); a child graph moved into its node (CUDA
-// 12.9), its own node set in the parent's executable. Prints results by
+// 12.9), its parent moved in turn, its own node set in the outermost
+// graph's executable. Prints results by
 // name and bytes as they are, so that the output remotely can be compared
 // with the output natively (scripts/gpu-remote-cudart.sh).
 //     nvcc -O2 -o graphgeneric graphgeneric.cu -lcuda
@@ -259,15 +260,21 @@ int main()
     DRV(cuGraphChildGraphNodeGetGraph(mnode, &back));
     printf("moved: the node's graph is the program's %s; moved again: %s\n", back == moved ? "yes" : "no",
            name(add(&bad, parent, NULL, 0, &p)));
+    CUgraph outer;
+    DRV(cuGraphCreate(&outer, 0));
+    p.graph.graph = parent;
+    DRV(add(&bad, outer, NULL, 0, &p));
+    p.graph.graph = outer;
+    printf("the graph holding it moved into it: %s\n", name(add(&bad, moved, NULL, 0, &p)));
     CUgraphExec m;
-    DRV(cuGraphInstantiate(&m, parent, 0));
+    DRV(cuGraphInstantiate(&m, outer, 0));
     p = memset_node(w + 56, 0x77, 4, ctx);
-    printf("its node set in the parent's executable: %s\n", name(exec_set_params(m, inner, &p)));
+    printf("its node set in the outer graph's executable: %s\n", name(exec_set_params(m, inner, &p)));
     DRV(cuGraphLaunch(m, st));
     DRV(cuStreamSynchronize(st));
     print_bytes("moved child launched", w);
     DRV(cuGraphExecDestroy(m));
-    DRV(cuGraphDestroy(parent));
+    DRV(cuGraphDestroy(outer));
     DRV(cuGraphDestroy(child));
     DRV(cuMemFree(w));
     return 0;

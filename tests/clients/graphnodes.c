@@ -1973,7 +1973,8 @@ static int generic(CUcontext ctx)
     CHECK(cuGraphDestroy(e));
 
     /* A child graph moved into its node: the program's graph is the node's,
-     * and its own node, set in the parent's executable, changes what it runs. */
+     * and its own node, set in the executable of the graph holding it (two
+     * levels up: its parent moved in turn), changes what it runs. */
     CUgraph moved, parent;
     CUgraphNode inner, mnode;
     CHECK(cuGraphCreate(&moved, 0));
@@ -1989,17 +1990,23 @@ static int generic(CUcontext ctx)
     printf("moved: the node's graph is the program's %s; destroyed alone: %s; moved again: %s\n",
            back == moved ? "yes" : "no", result_name(cuGraphDestroy(moved)),
            result_name(cuGraphAddNode(&bad, parent, NULL, 0, &p)));
+    CUgraph outer;
+    CHECK(cuGraphCreate(&outer, 0));
+    p.graph.graph = parent;
+    CHECK(cuGraphAddNode(&bad, outer, NULL, 0, &p));
+    p.graph.graph = outer;
+    printf("the graph holding it moved into it: %s\n", result_name(cuGraphAddNode(&bad, moved, NULL, 0, &p)));
     CUgraphExec m;
     printf("instantiated alone: %s\n", result_name(cuGraphInstantiateWithFlags(&m, moved, 0)));
-    CHECK(cuGraphInstantiateWithFlags(&m, parent, 0));
+    CHECK(cuGraphInstantiateWithFlags(&m, outer, 0));
     p = memset_node(w + 56, 0x77, 4, ctx);
-    printf("its node set in the parent's executable: %s\n", result_name(cuGraphExecNodeSetParams(m, inner, &p)));
+    printf("its node set in the outer graph's executable: %s\n", result_name(cuGraphExecNodeSetParams(m, inner, &p)));
     CHECK(cuGraphLaunch(m, st));
     CHECK(cuStreamSynchronize(st));
     CHECK(cuMemcpyDtoH_v2(h, w, 64));
     print_bytes("moved child launched", h, 64);
     CHECK(cuGraphExecDestroy(m));
-    CHECK(cuGraphDestroy(parent)); /* and the moved graph with it */
+    CHECK(cuGraphDestroy(outer)); /* and the moved graphs with it */
 
     CHECK(cuGraphDestroy(child));
     CHECK(cuEventDestroy_v2(gate));

@@ -78,7 +78,8 @@ func TestRemoteGraphConditionalNodes(t *testing.T) {
 // in an executable; an edge with data refused by the server's driver with
 // no node left behind; a child graph moved into its node (CUDA 12.9), the
 // program's graph then the node's (not destroyed, instantiated or moved
-// alone), its own node changed in the parent's executable; kinds not made
+// alone, nor made to hold the graph that holds it), its own node changed
+// in the executable of the graph its parent was moved into; kinds not made
 // refused. Each kind went through cuGraphAddNode's refusal before.
 func TestRemoteGraphNodesOfEveryKind(t *testing.T) {
 	e := newEnv(t)
@@ -91,7 +92,7 @@ func TestRemoteGraphNodesOfEveryKind(t *testing.T) {
 		"memset parameters for the kernel node: CUDA_ERROR_INVALID_VALUE\nthe allocation node's set: CUDA_ERROR_NOT_SUPPORTED\n",
 		"external semaphore node: CUDA_ERROR_NOT_SUPPORTED\nbatch memory operation node: CUDA_ERROR_NOT_SUPPORTED\nownership 7: CUDA_ERROR_INVALID_VALUE\nkind 99: CUDA_ERROR_INVALID_VALUE\nnodes still: 10\n",
 		"a kernel node after a programmatic edge: CUDA_ERROR_NOT_SUPPORTED, nodes 1, handed back no\nafter a plain edge: 1 edge\n",
-		"moved: the node's graph is the program's yes; destroyed alone: CUDA_ERROR_INVALID_VALUE; moved again: CUDA_ERROR_INVALID_VALUE\ninstantiated alone: CUDA_ERROR_INVALID_VALUE\nits node set in the parent's executable: CUDA_SUCCESS\n",
+		"moved: the node's graph is the program's yes; destroyed alone: CUDA_ERROR_INVALID_VALUE; moved again: CUDA_ERROR_INVALID_VALUE\nthe graph holding it moved into it: CUDA_ERROR_INVALID_VALUE\ninstantiated alone: CUDA_ERROR_INVALID_VALUE\nits node set in the outer graph's executable: CUDA_SUCCESS\n",
 		" 56=77 57=77 58=77 59=77\n",
 	} {
 		if local.code != 0 || !strings.Contains(local.stdout, want) {
