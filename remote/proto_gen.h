@@ -393,39 +393,42 @@ enum fgr_op {
     FGR_OP_fgrGraphAddMovedChild = 384,
     FGR_OP_fgrGraphConditionalNodeGetParams = 385,
     FGR_OP_fgrGraphConditionalNodeSetParams = 386,
-    FGR_OP_cuGraphExecUpdate_v2 = 387,
-    FGR_OP_fgrGraphDot = 388,
-    FGR_OP_cuGraphExecChildGraphNodeSetParams = 389,
-    FGR_OP_fgrUserObjectCreate = 390,
-    FGR_OP_cuUserObjectRetain = 391,
-    FGR_OP_cuUserObjectRelease = 392,
-    FGR_OP_cuGraphRetainUserObject = 393,
-    FGR_OP_cuGraphReleaseUserObject = 394,
-    FGR_OP_cuDeviceGetDevResource = 395,
-    FGR_OP_cuCtxGetDevResource = 396,
-    FGR_OP_cuGreenCtxGetDevResource = 397,
-    FGR_OP_cuDevSmResourceSplitByCount = 398,
-    FGR_OP_cuDevResourceGenerateDesc = 399,
-    FGR_OP_cuGreenCtxRecordEvent = 400,
-    FGR_OP_cuGreenCtxWaitEvent = 401,
-    FGR_OP_cuGreenCtxStreamCreate = 402,
-    FGR_OP_cuStreamGetGreenCtx = 403,
-    FGR_OP_cuGreenCtxGetId = 404,
-    FGR_OP_cuMemSetMemPool = 405,
-    FGR_OP_xt_ctx = 406,
-    FGR_OP_xt_ctx_39 = 407,
-    FGR_OP_xt_ctx_51 = 408,
-    FGR_OP_xt_simA = 409,
-    FGR_OP_xt_simA_1 = 410,
-    FGR_OP_xt_simA_2 = 411,
-    FGR_OP_xt_simA_7 = 412,
-    FGR_OP_xt_simB = 413,
-    FGR_OP_xt_simB_1 = 414,
-    FGR_OP_xt_simB_2 = 415,
-    FGR_NUM_OPS = 416
+    FGR_OP_fgrGraphAddBatchMemOpNode = 387,
+    FGR_OP_fgrGraphBatchMemOpNodeGetParams = 388,
+    FGR_OP_fgrGraphBatchMemOpNodeSetParams = 389,
+    FGR_OP_cuGraphExecUpdate_v2 = 390,
+    FGR_OP_fgrGraphDot = 391,
+    FGR_OP_cuGraphExecChildGraphNodeSetParams = 392,
+    FGR_OP_fgrUserObjectCreate = 393,
+    FGR_OP_cuUserObjectRetain = 394,
+    FGR_OP_cuUserObjectRelease = 395,
+    FGR_OP_cuGraphRetainUserObject = 396,
+    FGR_OP_cuGraphReleaseUserObject = 397,
+    FGR_OP_cuDeviceGetDevResource = 398,
+    FGR_OP_cuCtxGetDevResource = 399,
+    FGR_OP_cuGreenCtxGetDevResource = 400,
+    FGR_OP_cuDevSmResourceSplitByCount = 401,
+    FGR_OP_cuDevResourceGenerateDesc = 402,
+    FGR_OP_cuGreenCtxRecordEvent = 403,
+    FGR_OP_cuGreenCtxWaitEvent = 404,
+    FGR_OP_cuGreenCtxStreamCreate = 405,
+    FGR_OP_cuStreamGetGreenCtx = 406,
+    FGR_OP_cuGreenCtxGetId = 407,
+    FGR_OP_cuMemSetMemPool = 408,
+    FGR_OP_xt_ctx = 409,
+    FGR_OP_xt_ctx_39 = 410,
+    FGR_OP_xt_ctx_51 = 411,
+    FGR_OP_xt_simA = 412,
+    FGR_OP_xt_simA_1 = 413,
+    FGR_OP_xt_simA_2 = 414,
+    FGR_OP_xt_simA_7 = 415,
+    FGR_OP_xt_simB = 416,
+    FGR_OP_xt_simB_1 = 417,
+    FGR_OP_xt_simB_2 = 418,
+    FGR_NUM_OPS = 419
 };
 
-#define FGR_OPS_HASH 0xdc7ee22dbe026dceULL
+#define FGR_OPS_HASH 0x4a8c4044c56db785ULL
 
 /* The project's own operations (the driver's entry points the shim does
  * not hook are declared in flexgv/cuda_api_gen.h). */
@@ -501,6 +504,9 @@ CUresult fgrGraphAddConditionalNode(CUgraphNode *phGraphNode, CUgraph hGraph, co
 CUresult fgrGraphAddMovedChild(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph);
 CUresult fgrGraphConditionalNodeGetParams(CUgraphNode hNode, CUgraphConditionalHandle *handle, unsigned int *type, unsigned int *size, CUcontext *ctx, CUgraph *bodies, unsigned int cap);
 CUresult fgrGraphConditionalNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphConditionalHandle handle, unsigned int type, unsigned int size, CUcontext ctx);
+CUresult fgrGraphAddBatchMemOpNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUcontext ctx, unsigned int count, CUstreamBatchMemOpParams *ops, unsigned int flags);
+CUresult fgrGraphBatchMemOpNodeGetParams(CUgraphNode hNode, CUcontext *ctx, unsigned int *count, unsigned int *flags, CUstreamBatchMemOpParams *ops, unsigned int cap);
+CUresult fgrGraphBatchMemOpNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUcontext ctx, unsigned int count, CUstreamBatchMemOpParams *ops, unsigned int flags);
 CUresult fgrGraphDot(CUgraph hGraph, unsigned int flags, char *text, size_t cap, size_t *n);
 CUresult fgrUserObjectCreate(CUuserObject *object_out, unsigned long long id, unsigned int initialRefcount, unsigned int flags);
 

@@ -104,6 +104,11 @@ struct sim_node {
             CUgraph *bodies;         /* a graph's node: its body graphs, its own */
             struct sim_exec **flat;  /* an executable's copy: the bodies instantiated */
         } cond;
+        struct {
+            CUcontext ctx;
+            unsigned count, flags;
+            CUstreamBatchMemOpParams ops[SIM_MEMOP_NODE_OPS];
+        } memop; /* a batch memory operation node's, in the node */
     } u;
     const struct sim_node *orig; /* an executable's copy: the graph's node */
     const struct sim_node *cloned; /* a clone's node: the original graph's */
@@ -741,6 +746,63 @@ SIM_EXPORT CUresult cuGraphAddMemAllocNode(CUgraphNode *phGraphNode, CUgraph hGr
     if (r == CUDA_SUCCESS)
         nodeParams->dptr = p;
     return r;
+}
+
+/* A batch memory operation node's parameters checked as cuStreamBatchMemOp's
+ * and kept in the node (more operations than it holds are not simulated). */
+static CUresult memop_take(struct sim_node *n, const CUDA_BATCH_MEM_OP_NODE_PARAMS *p)
+{
+    if (!p)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult r = sim_memops_check(p->count, p->paramArray, p->flags);
+    if (r)
+        return r;
+    if (p->count > SIM_MEMOP_NODE_OPS)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    n->u.memop.ctx = p->ctx;
+    n->u.memop.count = p->count;
+    n->u.memop.flags = p->flags;
+    memcpy(n->u.memop.ops, p->paramArray, p->count * sizeof *p->paramArray);
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuGraphAddBatchMemOpNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                             size_t numDependencies, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams)
+{
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!phGraphNode || !as_graph(hGraph))
+        return CUDA_ERROR_INVALID_VALUE;
+    struct sim_node *n = node_new(CU_GRAPH_NODE_TYPE_BATCH_MEM_OP);
+    if (!n)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult r = memop_take(n, nodeParams);
+    if (r) {
+        sim_node_destroy(n);
+        return r;
+    }
+    return sim_graph_add_node(phGraphNode, hGraph, dependencies, numDependencies, n);
+}
+
+/* The node's parameters; paramArray points at the node's own operations. */
+SIM_EXPORT CUresult cuGraphBatchMemOpNodeGetParams(CUgraphNode hNode, CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams_out)
+{
+    struct sim_node *n = as_node(hNode);
+    if (!n || n->type != CU_GRAPH_NODE_TYPE_BATCH_MEM_OP || !nodeParams_out)
+        return CUDA_ERROR_INVALID_VALUE;
+    nodeParams_out->ctx = n->u.memop.ctx;
+    nodeParams_out->count = n->u.memop.count;
+    nodeParams_out->flags = n->u.memop.flags;
+    nodeParams_out->paramArray = n->u.memop.ops;
+    return CUDA_SUCCESS;
+}
+
+SIM_EXPORT CUresult cuGraphBatchMemOpNodeSetParams(CUgraphNode hNode, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams)
+{
+    struct sim_node *n = as_node(hNode);
+    if (!n || n->type != CU_GRAPH_NODE_TYPE_BATCH_MEM_OP)
+        return CUDA_ERROR_INVALID_VALUE;
+    return memop_take(n, nodeParams);
 }
 
 SIM_EXPORT CUresult cuGraphAddMemFreeNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
@@ -1591,6 +1653,7 @@ static void run_nodes(struct sim_stream *s, const struct sim_exec *x)
         case CU_GRAPH_NODE_TYPE_HOST: sim_host_enqueue(s, n->u.host.fn, NULL, NULL, n->u.host.data); break;
         case CU_GRAPH_NODE_TYPE_EVENT_RECORD: sim_event_record_on(n->u.event, s); break;
         case CU_GRAPH_NODE_TYPE_WAIT_EVENT: sim_event_wait_on(n->u.event, s); break;
+        case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP: sim_memops_apply(n->u.memop.count, n->u.memop.ops); break;
         default: break;
         }
     }
@@ -2025,6 +2088,18 @@ SIM_EXPORT CUresult cuGraphExecNodeSetParams(CUgraphExec hGraphExec, CUgraphNode
     if (c->type != CU_GRAPH_NODE_TYPE_CONDITIONAL)
         return fg_node_set_by_kind(hGraphExec, hNode, c->type, nodeParams);
     return cond_update(c, nodeParams);
+}
+
+/* An executable's batch memory operation node makes nodeParams' operations
+ * from now on; the graph's node stays as it was. */
+SIM_EXPORT CUresult cuGraphExecBatchMemOpNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                       const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams)
+{
+    struct sim_exec *x = as_exec(hGraphExec);
+    struct sim_node *n = as_node(hNode), *c = x && n ? exec_copy(x, n) : NULL;
+    if (!c || c->type != CU_GRAPH_NODE_TYPE_BATCH_MEM_OP)
+        return CUDA_ERROR_INVALID_VALUE;
+    return memop_take(c, nodeParams);
 }
 
 /* An executable's copy node copies per copyParams from now on; the

@@ -1916,11 +1916,8 @@ FG_MEMCPY_BATCH_ENTRIES(SIM_EXPORT, cuMemcpyAsync, cuMemcpyAsync_ptsz)
 FG_MEMCPY3D_BATCH_ENTRIES(SIM_EXPORT, cuMemcpy3DAsync_v2, cuMemcpy3DAsync_v2_ptsz)
 FG_MEMCPY3D_PEER_ENTRIES(SIM_EXPORT, cuMemcpy3D_v2, cuMemcpy3D_v2_ptds, cuMemcpy3DAsync_v2, cuMemcpy3DAsync_v2_ptsz)
 
-/* A batch: every operation checked first, then made in order. */
-SIM_EXPORT CUresult cuStreamBatchMemOp_v2(CUstream s, unsigned int count, CUstreamBatchMemOpParams *ops,
-                                          unsigned int flags)
+CUresult sim_memops_check(unsigned int count, const CUstreamBatchMemOpParams *ops, unsigned int flags)
 {
-    SIM_GATE();
     if (flags || !count || count > 256 || !ops)
         return CUDA_ERROR_INVALID_VALUE;
     for (unsigned int i = 0; i < count; i++) {
@@ -1933,6 +1930,11 @@ SIM_EXPORT CUresult cuStreamBatchMemOp_v2(CUstream s, unsigned int count, CUstre
         if (width && (ops[i].waitValue.address % width || !valid_range(ops[i].waitValue.address, width)))
             return CUDA_ERROR_INVALID_VALUE;
     }
+    return CUDA_SUCCESS;
+}
+
+CUresult sim_memops_run(CUstream s, unsigned int count, const CUstreamBatchMemOpParams *ops)
+{
     CUresult r = CUDA_SUCCESS;
     for (unsigned int i = 0; i < count && r == CUDA_SUCCESS; i++) {
         const struct CUstreamMemOpWaitValueParams_st *w = &ops[i].waitValue;
@@ -1945,6 +1947,26 @@ SIM_EXPORT CUresult cuStreamBatchMemOp_v2(CUstream s, unsigned int count, CUstre
         }
     }
     return r;
+}
+
+void sim_memops_apply(unsigned int count, const CUstreamBatchMemOpParams *ops)
+{
+    for (unsigned int i = 0; i < count; i++) {
+        const struct CUstreamMemOpWriteValueParams_st *w = &ops[i].writeValue;
+        if (ops[i].operation == CU_STREAM_MEM_OP_WRITE_VALUE_32)
+            memcpy(P(w->address), &w->value, 4);
+        else if (ops[i].operation == CU_STREAM_MEM_OP_WRITE_VALUE_64)
+            memcpy(P(w->address), &w->value64, 8);
+    }
+}
+
+/* A batch: every operation checked first, then made in order. */
+SIM_EXPORT CUresult cuStreamBatchMemOp_v2(CUstream s, unsigned int count, CUstreamBatchMemOpParams *ops,
+                                          unsigned int flags)
+{
+    SIM_GATE();
+    CUresult r = sim_memops_check(count, ops, flags);
+    return r ? r : sim_memops_run(s, count, ops);
 }
 
 void sim_fill(void *dst, unsigned v, size_t n, size_t width)

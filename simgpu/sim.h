@@ -294,6 +294,17 @@ struct sim_knode {
     void *argv[SIM_KNODE_PARAMS];
 };
 
+/* Stream memory operations (memory.c): whether count of them (and flags)
+ * are the driver's, each on a word of device memory at its width; made in
+ * order where stream s got to. */
+CUresult sim_memops_check(unsigned int count, const CUstreamBatchMemOpParams *ops, unsigned int flags);
+CUresult sim_memops_run(CUstream s, unsigned int count, const CUstreamBatchMemOpParams *ops);
+/* The writes of checked operations, made at once (a graph's node when it
+ * runs: its waits are met, as work is made when it is enqueued). */
+void sim_memops_apply(unsigned int count, const CUstreamBatchMemOpParams *ops);
+/* The operations a batch memory operation node holds, at most. */
+#define SIM_MEMOP_NODE_OPS 16
+
 /* core.c */
 extern int sim_initialized;
 /* Arrays (memory.c): whether h is a live array (mip: mipmapped array), and

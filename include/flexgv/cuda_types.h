@@ -682,6 +682,14 @@ typedef union CUstreamBatchMemOpParams_union {
     } memoryBarrier;
     cuuint64_t pad[6];
 } CUstreamBatchMemOpParams;
+/* A graph's batch memory operation node: count operations in paramArray,
+ * made in order when the node runs (the v1 and v2 layouts are the same). */
+typedef struct CUDA_BATCH_MEM_OP_NODE_PARAMS_v1_st {
+    CUcontext ctx;
+    unsigned int count;
+    CUstreamBatchMemOpParams *paramArray;
+    unsigned int flags;
+} CUDA_BATCH_MEM_OP_NODE_PARAMS;
 
 typedef enum CUmemAllocationHandleType_enum {
     CU_MEM_HANDLE_TYPE_NONE = 0,
@@ -985,6 +993,7 @@ typedef struct CUgraphNodeParams_st {
         CUDA_EVENT_RECORD_NODE_PARAMS eventRecord;
         CUDA_MEM_ALLOC_NODE_PARAMS alloc;
         CUDA_MEM_FREE_NODE_PARAMS free;
+        CUDA_BATCH_MEM_OP_NODE_PARAMS memOp;
         CUDA_CONDITIONAL_NODE_PARAMS conditional;
     };
     long long reserved2;

@@ -5,7 +5,7 @@
  * after it by cuGraphAddDependencies_v2, as the driver takes them.
  * Shared by the simulated GPU and the remoting client, which each answer
  * conditional nodes and a moved child graph themselves first; external
- * semaphore and batch memory operation nodes are neither's. */
+ * semaphore nodes are neither's. */
 #ifndef FLEXGV_GRAPH_NODES_H
 #define FLEXGV_GRAPH_NODES_H
 
@@ -50,9 +50,9 @@ static inline CUresult fg_node_add_by_kind(CUgraphNode *ph, CUgraph g, const CUg
     case CU_GRAPH_NODE_TYPE_EVENT_RECORD: return cuGraphAddEventRecordNode(ph, g, deps, n, p->eventRecord.event);
     case CU_GRAPH_NODE_TYPE_MEM_ALLOC: return cuGraphAddMemAllocNode(ph, g, deps, n, &p->alloc);
     case CU_GRAPH_NODE_TYPE_MEM_FREE: return cuGraphAddMemFreeNode(ph, g, deps, n, p->free.dptr);
+    case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP: return cuGraphAddBatchMemOpNode(ph, g, deps, n, &p->memOp);
     case CU_GRAPH_NODE_TYPE_EXT_SEMAS_SIGNAL:
-    case CU_GRAPH_NODE_TYPE_EXT_SEMAS_WAIT:
-    case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP: return CUDA_ERROR_NOT_SUPPORTED;
+    case CU_GRAPH_NODE_TYPE_EXT_SEMAS_WAIT: return CUDA_ERROR_NOT_SUPPORTED;
     default: return CUDA_ERROR_INVALID_VALUE; /* no such kind */
     }
 }
@@ -109,6 +109,7 @@ static inline CUresult fg_node_get_by_kind(CUgraphNode hNode, CUgraphNodeType t,
     case CU_GRAPH_NODE_TYPE_EVENT_RECORD: return cuGraphEventRecordNodeGetEvent(hNode, &p->eventRecord.event);
     case CU_GRAPH_NODE_TYPE_MEM_ALLOC: return cuGraphMemAllocNodeGetParams(hNode, &p->alloc);
     case CU_GRAPH_NODE_TYPE_MEM_FREE: return cuGraphMemFreeNodeGetParams(hNode, &p->free.dptr);
+    case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP: return cuGraphBatchMemOpNodeGetParams(hNode, &p->memOp);
     default: return CUDA_ERROR_NOT_SUPPORTED;
     }
 }
@@ -143,6 +144,9 @@ static inline CUresult fg_node_set_by_kind(CUgraphExec exec, CUgraphNode hNode, 
     case CU_GRAPH_NODE_TYPE_EVENT_RECORD:
         return exec ? cuGraphExecEventRecordNodeSetEvent(exec, hNode, p->eventRecord.event)
                     : cuGraphEventRecordNodeSetEvent(hNode, p->eventRecord.event);
+    case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP:
+        return exec ? cuGraphExecBatchMemOpNodeSetParams(exec, hNode, &p->memOp)
+                    : cuGraphBatchMemOpNodeSetParams(hNode, &p->memOp);
     default: return CUDA_ERROR_NOT_SUPPORTED;
     }
 }

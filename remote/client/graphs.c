@@ -270,45 +270,47 @@ FGR_EXPORT CUresult cuStreamGetCaptureInfo_v3_ptsz(CUstream hStream, CUstreamCap
                         dependencies_out, edgeData_out, numDependencies_out);
 }
 
-/* Conditional nodes. The driver creates a node's body graphs and points
- * the parameters' phGraph_out at its own array of them, valid as long as
- * the node: here an array the client keeps per node (the names of the
- * bodies, owned by the node in the executor), found again when the node's
- * parameters are read. Kept for the process's life: a few words per
- * conditional node. */
-struct cond_bodies {
+/* Arrays a node's parameters point at, which the driver keeps as long as
+ * the node: a conditional node's body graphs (the driver creates them; their
+ * names are owned by the node in the executor), a batch memory operation
+ * node's operations. Here an array the client keeps per node, found again
+ * when the node's parameters are read. Kept for the process's life: a few
+ * words per such node. */
+struct node_array {
     CUgraphNode node;
-    unsigned size;
-    CUgraph *graphs;
-    struct cond_bodies *next;
+    size_t bytes;
+    void *at;
+    struct node_array *next;
 };
-static struct cond_bodies *cond_nodes;
-static pthread_mutex_t cond_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct node_array *node_arrays;
+static pthread_mutex_t node_arrays_lock = PTHREAD_MUTEX_INITIALIZER;
 
-/* The array of node's size bodies (an existing one when it is as large),
- * or NULL when out of memory. */
-static CUgraph *cond_array(CUgraphNode node, unsigned size)
+/* node's array of at least bytes (an existing one when it is as large), or
+ * NULL when out of memory. */
+static void *node_array(CUgraphNode node, size_t bytes)
 {
-    pthread_mutex_lock(&cond_lock);
-    struct cond_bodies *b = cond_nodes;
+    pthread_mutex_lock(&node_arrays_lock);
+    struct node_array *b = node_arrays;
     while (b && b->node != node)
         b = b->next;
     if (!b && (b = calloc(1, sizeof *b))) {
         b->node = node;
-        b->next = cond_nodes;
-        cond_nodes = b;
+        b->next = node_arrays;
+        node_arrays = b;
     }
-    CUgraph *g = NULL;
-    if (b && b->graphs && b->size >= size) {
-        g = b->graphs;
-    } else if (b && (g = calloc(size ? size : 1, sizeof *g))) {
+    void *a = NULL;
+    if (b && b->at && b->bytes >= bytes) {
+        a = b->at;
+    } else if (b && (a = calloc(1, bytes ? bytes : 1))) {
         /* The smaller one stays allocated: a caller may still hold it. */
-        b->graphs = g;
-        b->size = size;
+        b->at = a;
+        b->bytes = bytes;
     }
-    pthread_mutex_unlock(&cond_lock);
-    return g;
+    pthread_mutex_unlock(&node_arrays_lock);
+    return a;
 }
+
+static CUgraph *cond_array(CUgraphNode node, unsigned size) { return node_array(node, size * sizeof(CUgraph)); }
 
 static CUresult add_conditional(const char *name, CUgraphNode *phGraphNode, CUgraph hGraph,
                                 const CUgraphNode *dependencies, size_t numDependencies,
@@ -338,6 +340,64 @@ static CUresult add_conditional(const char *name, CUgraphNode *phGraphNode, CUgr
     return r;
 }
 
+/* Batch memory operation nodes: the operations travel in the request (the
+ * executor checks their addresses); read back, they land in the node's
+ * array here. */
+FGR_EXPORT CUresult cuGraphAddBatchMemOpNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
+                                             size_t numDependencies, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams)
+{
+    if (!nodeParams)
+        return CUDA_ERROR_INVALID_VALUE;
+    return fgrGraphAddBatchMemOpNode(phGraphNode, hGraph, dependencies, numDependencies, nodeParams->ctx,
+                                     nodeParams->count, nodeParams->paramArray, nodeParams->flags);
+}
+
+FGR_EXPORT CUresult cuGraphBatchMemOpNodeGetParams(CUgraphNode hNode, CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams_out)
+{
+    enum { FIRST = 16 };
+    if (!nodeParams_out)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUcontext ctx = NULL;
+    unsigned count = 0, flags = 0, cap = FIRST;
+    CUstreamBatchMemOpParams first[FIRST], *got = first;
+    CUresult r = fgrGraphBatchMemOpNodeGetParams(hNode, &ctx, &count, &flags, got, cap);
+    if (r == CUDA_SUCCESS && count > cap) {
+        if ((uint64_t)count * sizeof *got > FGR_MAX_BUF || !(got = calloc(count, sizeof *got)))
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        cap = count;
+        r = fgrGraphBatchMemOpNodeGetParams(hNode, &ctx, &count, &flags, got, cap);
+    }
+    unsigned n = count < cap ? count : cap;
+    CUstreamBatchMemOpParams *kept = r == CUDA_SUCCESS ? node_array(hNode, n * sizeof *got) : NULL;
+    if (r == CUDA_SUCCESS && !kept)
+        r = CUDA_ERROR_OUT_OF_MEMORY;
+    if (r == CUDA_SUCCESS) {
+        memcpy(kept, got, n * sizeof *got);
+        nodeParams_out->ctx = ctx;
+        nodeParams_out->count = n;
+        nodeParams_out->flags = flags;
+        nodeParams_out->paramArray = kept;
+    }
+    if (got != first)
+        free(got);
+    return r;
+}
+
+FGR_EXPORT CUresult cuGraphBatchMemOpNodeSetParams(CUgraphNode hNode, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams)
+{
+    return nodeParams ? fgrGraphBatchMemOpNodeSetParams(NULL, hNode, nodeParams->ctx, nodeParams->count,
+                                                        nodeParams->paramArray, nodeParams->flags)
+                      : CUDA_ERROR_INVALID_VALUE;
+}
+
+FGR_EXPORT CUresult cuGraphExecBatchMemOpNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode,
+                                                       const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams)
+{
+    return nodeParams ? fgrGraphBatchMemOpNodeSetParams(hGraphExec, hNode, nodeParams->ctx, nodeParams->count,
+                                                        nodeParams->paramArray, nodeParams->flags)
+                      : CUDA_ERROR_INVALID_VALUE;
+}
+
 /* Conditional nodes and moved child graphs by their own requests, kinds
  * not carried refused, the others through their own entry points. */
 static CUresult add_one(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
@@ -356,8 +416,6 @@ static CUresult add_one(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphN
     case CU_GRAPH_NODE_TYPE_EXT_SEMAS_SIGNAL:
     case CU_GRAPH_NODE_TYPE_EXT_SEMAS_WAIT:
         return fgr_unsupported(-1, "cuGraphAddNode", "an external semaphore node (none is imported)");
-    case CU_GRAPH_NODE_TYPE_BATCH_MEM_OP:
-        return fgr_unsupported(-1, "cuGraphAddNode", "a batch memory operation node");
     default: break;
     }
     return fg_node_add_by_kind(phGraphNode, hGraph, dependencies, numDependencies, p);

@@ -6693,6 +6693,80 @@ FGR_EXPORT CUresult fgrGraphConditionalNodeSetParams(CUgraphExec hGraphExec, CUg
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult fgrGraphAddBatchMemOpNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUcontext ctx, unsigned int count, CUstreamBatchMemOpParams *ops, unsigned int flags)
+{
+    CUresult fgr_r;
+    uint64_t n_phGraphNode = phGraphNode ? sizeof(CUgraphNode) : 0;
+    uint64_t n_dependencies = dependencies ? fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) : 0;
+    if (n_dependencies > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrGraphAddBatchMemOpNode", "a buffer over the frame limit");
+    uint64_t n_ops = ops ? fgr_mul((uint64_t)(count), sizeof(CUstreamBatchMemOpParams)) : 0;
+    if (n_ops > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrGraphAddBatchMemOpNode", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrGraphAddBatchMemOpNode, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraph);
+    fgr_put_u64(&fgr_c.w, (uint64_t)numDependencies);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)ctx);
+    fgr_put_u64(&fgr_c.w, (uint64_t)count);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    fgr_put_u8(&fgr_c.w, phGraphNode != NULL);
+    fgr_put_buf(&fgr_c.w, dependencies, n_dependencies);
+    fgr_put_buf(&fgr_c.w, ops, n_ops);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, phGraphNode, n_phGraphNode, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrGraphBatchMemOpNodeGetParams(CUgraphNode hNode, CUcontext *ctx, unsigned int *count, unsigned int *flags, CUstreamBatchMemOpParams *ops, unsigned int cap)
+{
+    CUresult fgr_r;
+    uint64_t n_ctx = ctx ? sizeof(CUcontext) : 0;
+    uint64_t n_count = count ? sizeof(unsigned int) : 0;
+    uint64_t n_flags = flags ? sizeof(unsigned int) : 0;
+    uint64_t n_ops = ops ? fgr_mul((uint64_t)(cap), sizeof(CUstreamBatchMemOpParams)) : 0;
+    if (n_ops > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrGraphBatchMemOpNodeGetParams", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrGraphBatchMemOpNodeGetParams, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_u64(&fgr_c.w, (uint64_t)cap);
+    fgr_put_u8(&fgr_c.w, ctx != NULL);
+    fgr_put_u8(&fgr_c.w, count != NULL);
+    fgr_put_u8(&fgr_c.w, flags != NULL);
+    fgr_put_u8(&fgr_c.w, ops != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, ctx, n_ctx, 0);
+    fgr_get_out(&fgr_c, count, n_count, 0);
+    fgr_get_out(&fgr_c, flags, n_flags, 0);
+    fgr_get_out(&fgr_c, ops, n_ops, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrGraphBatchMemOpNodeSetParams(CUgraphExec hGraphExec, CUgraphNode hNode, CUcontext ctx, unsigned int count, CUstreamBatchMemOpParams *ops, unsigned int flags)
+{
+    CUresult fgr_r;
+    uint64_t n_ops = ops ? fgr_mul((uint64_t)(count), sizeof(CUstreamBatchMemOpParams)) : 0;
+    if (n_ops > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrGraphBatchMemOpNodeSetParams", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrGraphBatchMemOpNodeSetParams, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hGraphExec);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hNode);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)ctx);
+    fgr_put_u64(&fgr_c.w, (uint64_t)count);
+    fgr_put_u64(&fgr_c.w, (uint64_t)flags);
+    fgr_put_buf(&fgr_c.w, ops, n_ops);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
+}
+
 CUresult fgr_fwd_cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo)
 {
     CUresult fgr_r;
@@ -7568,79 +7642,59 @@ FGR_EXPORT CUresult cuDeviceGetLuid(void)
     return fgr_unsupported(127, "cuDeviceGetLuid", "a Windows (WDDM) adapter identifier: Linux drivers answer CUDA_ERROR_NOT_SUPPORTED too");
 }
 
-FGR_EXPORT CUresult cuGraphAddBatchMemOpNode(void)
-{
-    return fgr_unsupported(128, "cuGraphAddBatchMemOpNode", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
-}
-
-FGR_EXPORT CUresult cuGraphBatchMemOpNodeGetParams(void)
-{
-    return fgr_unsupported(129, "cuGraphBatchMemOpNodeGetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
-}
-
-FGR_EXPORT CUresult cuGraphBatchMemOpNodeSetParams(void)
-{
-    return fgr_unsupported(130, "cuGraphBatchMemOpNodeSetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
-}
-
-FGR_EXPORT CUresult cuGraphExecBatchMemOpNodeSetParams(void)
-{
-    return fgr_unsupported(131, "cuGraphExecBatchMemOpNodeSetParams", "batch memory operation nodes are not carried yet: cuStreamBatchMemOp is");
-}
-
 FGR_EXPORT CUresult cuMemPrefetchBatchAsync(void)
 {
-    return fgr_unsupported(132, "cuMemPrefetchBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
+    return fgr_unsupported(128, "cuMemPrefetchBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
 }
 
 FGR_EXPORT CUresult cuMemDiscardBatchAsync(void)
 {
-    return fgr_unsupported(133, "cuMemDiscardBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
+    return fgr_unsupported(129, "cuMemDiscardBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
 }
 
 FGR_EXPORT CUresult cuMemDiscardAndPrefetchBatchAsync(void)
 {
-    return fgr_unsupported(134, "cuMemDiscardAndPrefetchBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
+    return fgr_unsupported(130, "cuMemDiscardAndPrefetchBatchAsync", "it needs concurrent managed access on every device, which a remote GPU does not give (its attribute answers 0), as a driver refuses it there");
 }
 
 FGR_EXPORT CUresult cuMemBatchDecompressAsync(void)
 {
-    return fgr_unsupported(135, "cuMemBatchDecompressAsync", "the copy engines' decompression is not carried yet");
+    return fgr_unsupported(131, "cuMemBatchDecompressAsync", "the copy engines' decompression is not carried yet");
 }
 
 FGR_EXPORT CUresult cuArrayGetMemoryRequirements(void)
 {
-    return fgr_unsupported(136, "cuArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(132, "cuArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuArrayGetPlane(void)
 {
-    return fgr_unsupported(137, "cuArrayGetPlane", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(133, "cuArrayGetPlane", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuArrayGetSparseProperties(void)
 {
-    return fgr_unsupported(138, "cuArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(134, "cuArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuMipmappedArrayGetMemoryRequirements(void)
 {
-    return fgr_unsupported(139, "cuMipmappedArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(135, "cuMipmappedArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuMipmappedArrayGetSparseProperties(void)
 {
-    return fgr_unsupported(140, "cuMipmappedArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(136, "cuMipmappedArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuMemMapArrayAsync(void)
 {
-    return fgr_unsupported(141, "cuMemMapArrayAsync", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(137, "cuMemMapArrayAsync", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
 FGR_EXPORT CUresult cuTensorMapEncodeIm2colWide(void)
 {
-    return fgr_unsupported(142, "cuTensorMapEncodeIm2colWide", "the wide im2col tensor map is not carried yet: tiled and im2col tensor maps are");
+    return fgr_unsupported(138, "cuTensorMapEncodeIm2colWide", "the wide im2col tensor map is not carried yet: tiled and im2col tensor maps are");
 }
 
 FGR_EXPORT CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType type, CUmemoryPool pool)
@@ -7658,7 +7712,7 @@ FGR_EXPORT CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType
     return fgr_end(&fgr_c);
 }
 
-const int fgr_nunsupported = 143;
+const int fgr_nunsupported = 139;
 
 /* Each operation's entry point, for FLEXGV_REMOTE_LOG. */
 const char *const fgr_op_names[FGR_NUM_OPS] = {
@@ -8048,6 +8102,9 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_fgrGraphAddMovedChild] = "fgrGraphAddMovedChild",
     [FGR_OP_fgrGraphConditionalNodeGetParams] = "fgrGraphConditionalNodeGetParams",
     [FGR_OP_fgrGraphConditionalNodeSetParams] = "fgrGraphConditionalNodeSetParams",
+    [FGR_OP_fgrGraphAddBatchMemOpNode] = "fgrGraphAddBatchMemOpNode",
+    [FGR_OP_fgrGraphBatchMemOpNodeGetParams] = "fgrGraphBatchMemOpNodeGetParams",
+    [FGR_OP_fgrGraphBatchMemOpNodeSetParams] = "fgrGraphBatchMemOpNodeSetParams",
     [FGR_OP_cuGraphExecUpdate_v2] = "cuGraphExecUpdate_v2",
     [FGR_OP_fgrGraphDot] = "fgrGraphDot",
     [FGR_OP_cuGraphExecChildGraphNodeSetParams] = "cuGraphExecChildGraphNodeSetParams",
@@ -8649,6 +8706,13 @@ const struct fg_proc fgr_procs[] = {
     {"cuGraphExecNodeSetParams", "cuGraphExecNodeSetParams", 12020, 0, (void *)cuGraphExecNodeSetParams},
     {"fgrGraphConditionalNodeGetParams", "fgrGraphConditionalNodeGetParams", 0, 0, (void *)fgrGraphConditionalNodeGetParams},
     {"fgrGraphConditionalNodeSetParams", "fgrGraphConditionalNodeSetParams", 0, 0, (void *)fgrGraphConditionalNodeSetParams},
+    {"cuGraphAddBatchMemOpNode", "cuGraphAddBatchMemOpNode", 11070, 0, (void *)cuGraphAddBatchMemOpNode},
+    {"cuGraphBatchMemOpNodeGetParams", "cuGraphBatchMemOpNodeGetParams", 11070, 0, (void *)cuGraphBatchMemOpNodeGetParams},
+    {"cuGraphBatchMemOpNodeSetParams", "cuGraphBatchMemOpNodeSetParams", 11070, 0, (void *)cuGraphBatchMemOpNodeSetParams},
+    {"cuGraphExecBatchMemOpNodeSetParams", "cuGraphExecBatchMemOpNodeSetParams", 11070, 0, (void *)cuGraphExecBatchMemOpNodeSetParams},
+    {"fgrGraphAddBatchMemOpNode", "fgrGraphAddBatchMemOpNode", 0, 0, (void *)fgrGraphAddBatchMemOpNode},
+    {"fgrGraphBatchMemOpNodeGetParams", "fgrGraphBatchMemOpNodeGetParams", 0, 0, (void *)fgrGraphBatchMemOpNodeGetParams},
+    {"fgrGraphBatchMemOpNodeSetParams", "fgrGraphBatchMemOpNodeSetParams", 0, 0, (void *)fgrGraphBatchMemOpNodeSetParams},
     {"cuGraphExecUpdate", "cuGraphExecUpdate_v2", 12000, 0, (void *)cuGraphExecUpdate_v2},
     {"cuGraphDebugDotPrint", "cuGraphDebugDotPrint", 11030, 0, (void *)cuGraphDebugDotPrint},
     {"fgrGraphDot", "fgrGraphDot", 0, 0, (void *)fgrGraphDot},
@@ -8795,10 +8859,6 @@ const struct fg_proc fgr_procs[] = {
     {"cuLibraryGetUnifiedFunction", "cuLibraryGetUnifiedFunction", 12000, 0, (void *)cuLibraryGetUnifiedFunction},
     {"cuFlushGPUDirectRDMAWrites", "cuFlushGPUDirectRDMAWrites", 11030, 0, (void *)cuFlushGPUDirectRDMAWrites},
     {"cuDeviceGetLuid", "cuDeviceGetLuid", 10000, 0, (void *)cuDeviceGetLuid},
-    {"cuGraphAddBatchMemOpNode", "cuGraphAddBatchMemOpNode", 11070, 0, (void *)cuGraphAddBatchMemOpNode},
-    {"cuGraphBatchMemOpNodeGetParams", "cuGraphBatchMemOpNodeGetParams", 11070, 0, (void *)cuGraphBatchMemOpNodeGetParams},
-    {"cuGraphBatchMemOpNodeSetParams", "cuGraphBatchMemOpNodeSetParams", 11070, 0, (void *)cuGraphBatchMemOpNodeSetParams},
-    {"cuGraphExecBatchMemOpNodeSetParams", "cuGraphExecBatchMemOpNodeSetParams", 11070, 0, (void *)cuGraphExecBatchMemOpNodeSetParams},
     {"cuMemcpy3DBatchAsync", "cuMemcpy3DBatchAsync_v2", 13000, 0, (void *)cuMemcpy3DBatchAsync_v2},
     {"cuMemcpy3DBatchAsync", "cuMemcpy3DBatchAsync_v2_ptsz", 13000, 1, (void *)cuMemcpy3DBatchAsync_v2_ptsz},
     {"cuMemPrefetchBatchAsync", "cuMemPrefetchBatchAsync", 13000, 0, (void *)cuMemPrefetchBatchAsync},

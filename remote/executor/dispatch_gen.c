@@ -387,6 +387,9 @@ typedef CUresult (*pfn_fgrGraphAddConditionalNode)(CUgraphNode *phGraphNode, CUg
 typedef CUresult (*pfn_fgrGraphAddMovedChild)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph);
 typedef CUresult (*pfn_fgrGraphConditionalNodeGetParams)(CUgraphNode hNode, CUgraphConditionalHandle *handle, unsigned int *type, unsigned int *size, CUcontext *ctx, CUgraph *bodies, unsigned int cap);
 typedef CUresult (*pfn_fgrGraphConditionalNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphConditionalHandle handle, unsigned int type, unsigned int size, CUcontext ctx);
+typedef CUresult (*pfn_fgrGraphAddBatchMemOpNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUcontext ctx, unsigned int count, CUstreamBatchMemOpParams *ops, unsigned int flags);
+typedef CUresult (*pfn_fgrGraphBatchMemOpNodeGetParams)(CUgraphNode hNode, CUcontext *ctx, unsigned int *count, unsigned int *flags, CUstreamBatchMemOpParams *ops, unsigned int cap);
+typedef CUresult (*pfn_fgrGraphBatchMemOpNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, CUcontext ctx, unsigned int count, CUstreamBatchMemOpParams *ops, unsigned int flags);
 typedef CUresult (*pfn_cuGraphExecUpdate_v2)(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo);
 typedef CUresult (*pfn_fgrGraphDot)(CUgraph hGraph, unsigned int flags, char *text, size_t cap, size_t *n);
 typedef CUresult (*pfn_cuGraphExecChildGraphNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraph childGraph);
@@ -8824,6 +8827,114 @@ static CUresult op_fgrGraphConditionalNodeSetParams(struct fgr_rd *rd, struct fg
     return fgr_r;
 }
 
+static CUresult op_fgrGraphAddBatchMemOpNode(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraph hGraph = (CUgraph)(uintptr_t)fgr_in(FGR_H_CUgraph, fgr_get_u64(rd));
+    size_t numDependencies = (size_t)fgr_get_u64(rd);
+    CUcontext ctx = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
+    unsigned int count = (unsigned int)fgr_get_u64(rd);
+    unsigned int flags = (unsigned int)fgr_get_u64(rd);
+    int has_phGraphNode = fgr_get_u8(rd);
+    CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
+    CUstreamBatchMemOpParams *ops = fgr_get_buf(rd, q, fgr_mul((uint64_t)(count), sizeof(CUstreamBatchMemOpParams)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUgraphNode *phGraphNode = NULL;
+    fgr_in_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph)))
+        fgr_r = fgr_refuse("fgrGraphAddBatchMemOpNode", "hGraph", (uint64_t)(uintptr_t)hGraph, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has_n(FGR_H_CUgraphNode, dependencies, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)) / sizeof(CUgraphNode))))
+        fgr_r = fgr_refuse("fgrGraphAddBatchMemOpNode", "dependencies", (uint64_t)0, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
+        fgr_r = fgr_refuse("fgrGraphAddBatchMemOpNode", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
+    if (fgr_r == CUDA_SUCCESS && has_phGraphNode && !(phGraphNode = fgr_out(q, sizeof(CUgraphNode))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrGraphAddBatchMemOpNode)fgr_real[FGR_OP_fgrGraphAddBatchMemOpNode])(phGraphNode, hGraph, dependencies, numDependencies, ctx, count, ops, flags);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (phGraphNode)
+            fgr_add(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)*phGraphNode, FGR_H_CUgraph, (uint64_t)(uintptr_t)hGraph);
+        if (fgr_out_n(FGR_H_CUgraphNode, phGraphNode, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_phGraphNode)
+        fgr_reply_out(q, phGraphNode, sizeof(CUgraphNode), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrGraphBatchMemOpNodeGetParams(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    unsigned int cap = (unsigned int)fgr_get_u64(rd);
+    int has_ctx = fgr_get_u8(rd);
+    int has_count = fgr_get_u8(rd);
+    int has_flags = fgr_get_u8(rd);
+    int has_ops = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUcontext *ctx = NULL;
+    unsigned int *count = NULL;
+    unsigned int *flags = NULL;
+    CUstreamBatchMemOpParams *ops = NULL;
+    const uint64_t fgr_n_ops = fgr_mul((uint64_t)(cap), sizeof(CUstreamBatchMemOpParams));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("fgrGraphBatchMemOpNodeGetParams", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(!has_ops || fgr_mul((uint64_t)(cap), sizeof(CUstreamBatchMemOpParams)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrGraphBatchMemOpNodeGetParams", "ops", fgr_mul((uint64_t)(cap), sizeof(CUstreamBatchMemOpParams)), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_ctx && !(ctx = fgr_out(q, sizeof(CUcontext))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_count && !(count = fgr_out(q, sizeof(unsigned int))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_flags && !(flags = fgr_out(q, sizeof(unsigned int))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_ops && !(ops = fgr_out(q, fgr_n_ops)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrGraphBatchMemOpNodeGetParams)fgr_real[FGR_OP_fgrGraphBatchMemOpNodeGetParams])(hNode, ctx, count, flags, ops, cap);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (ctx)
+            fgr_add(FGR_H_CUcontext, (uint64_t)(uintptr_t)*ctx, 0, 0);
+        if (fgr_out_n(FGR_H_CUcontext, ctx, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_ctx)
+        fgr_reply_out(q, ctx, sizeof(CUcontext), 0, fgr_r);
+    if (has_count)
+        fgr_reply_out(q, count, sizeof(unsigned int), 0, fgr_r);
+    if (has_flags)
+        fgr_reply_out(q, flags, sizeof(unsigned int), 0, fgr_r);
+    if (has_ops)
+        fgr_reply_out(q, ops, fgr_n_ops, 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrGraphBatchMemOpNodeSetParams(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUgraphExec hGraphExec = (CUgraphExec)(uintptr_t)fgr_in(FGR_H_CUgraphExec, fgr_get_u64(rd));
+    CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
+    CUcontext ctx = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
+    unsigned int count = (unsigned int)fgr_get_u64(rd);
+    unsigned int flags = (unsigned int)fgr_get_u64(rd);
+    CUstreamBatchMemOpParams *ops = fgr_get_buf(rd, q, fgr_mul((uint64_t)(count), sizeof(CUstreamBatchMemOpParams)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUgraphExec, (uint64_t)(uintptr_t)hGraphExec)))
+        fgr_r = fgr_refuse("fgrGraphBatchMemOpNodeSetParams", "hGraphExec", (uint64_t)(uintptr_t)hGraphExec, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUgraphNode, (uint64_t)(uintptr_t)hNode)))
+        fgr_r = fgr_refuse("fgrGraphBatchMemOpNodeSetParams", "hNode", (uint64_t)(uintptr_t)hNode, CUDA_ERROR_INVALID_HANDLE);
+    else if (!(fgr_has(FGR_H_CUcontext, (uint64_t)(uintptr_t)ctx)))
+        fgr_r = fgr_refuse("fgrGraphBatchMemOpNodeSetParams", "ctx", (uint64_t)(uintptr_t)ctx, CUDA_ERROR_INVALID_CONTEXT);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrGraphBatchMemOpNodeSetParams)fgr_real[FGR_OP_fgrGraphBatchMemOpNodeSetParams])(hGraphExec, hNode, ctx, count, ops, flags);
+    return fgr_r;
+}
+
 static CUresult op_cuGraphExecUpdate_v2(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -9775,6 +9886,9 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_fgrGraphAddMovedChild] = {"fgrGraphAddMovedChild", op_fgrGraphAddMovedChild, 0, FGR_MAX_FRAME},
     [FGR_OP_fgrGraphConditionalNodeGetParams] = {"fgrGraphConditionalNodeGetParams", op_fgrGraphConditionalNodeGetParams, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrGraphConditionalNodeSetParams] = {"fgrGraphConditionalNodeSetParams", op_fgrGraphConditionalNodeSetParams, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrGraphAddBatchMemOpNode] = {"fgrGraphAddBatchMemOpNode", op_fgrGraphAddBatchMemOpNode, 0, FGR_MAX_FRAME},
+    [FGR_OP_fgrGraphBatchMemOpNodeGetParams] = {"fgrGraphBatchMemOpNodeGetParams", op_fgrGraphBatchMemOpNodeGetParams, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrGraphBatchMemOpNodeSetParams] = {"fgrGraphBatchMemOpNodeSetParams", op_fgrGraphBatchMemOpNodeSetParams, 0, FGR_MAX_FRAME},
     [FGR_OP_cuGraphExecUpdate_v2] = {"cuGraphExecUpdate_v2", op_cuGraphExecUpdate_v2, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrGraphDot] = {"fgrGraphDot", op_fgrGraphDot, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuGraphExecChildGraphNodeSetParams] = {"cuGraphExecChildGraphNodeSetParams", op_cuGraphExecChildGraphNodeSetParams, 0, FGR_SMALL_FRAME},

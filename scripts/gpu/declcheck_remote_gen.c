@@ -434,6 +434,14 @@ typedef CUresult (CUDAAPI *fg_sig_cuGraphNodeSetParams)(CUgraphNode hNode, CUgra
 SAME(fg_sig_cuGraphNodeSetParams, PFN_cuGraphNodeSetParams_v12020);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphExecNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, CUgraphNodeParams *nodeParams);
 SAME(fg_sig_cuGraphExecNodeSetParams, PFN_cuGraphExecNodeSetParams_v12020);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphAddBatchMemOpNode)(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams);
+SAME(fg_sig_cuGraphAddBatchMemOpNode, PFN_cuGraphAddBatchMemOpNode_v11070);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphBatchMemOpNodeGetParams)(CUgraphNode hNode, CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams_out);
+SAME(fg_sig_cuGraphBatchMemOpNodeGetParams, PFN_cuGraphBatchMemOpNodeGetParams_v11070);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphBatchMemOpNodeSetParams)(CUgraphNode hNode, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams);
+SAME(fg_sig_cuGraphBatchMemOpNodeSetParams, PFN_cuGraphBatchMemOpNodeSetParams_v11070);
+typedef CUresult (CUDAAPI *fg_sig_cuGraphExecBatchMemOpNodeSetParams)(CUgraphExec hGraphExec, CUgraphNode hNode, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams);
+SAME(fg_sig_cuGraphExecBatchMemOpNodeSetParams, PFN_cuGraphExecBatchMemOpNodeSetParams_v11070);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphExecUpdate_v2)(CUgraphExec hGraphExec, CUgraph hGraph, CUgraphExecUpdateResultInfo *resultInfo);
 SAME(fg_sig_cuGraphExecUpdate_v2, PFN_cuGraphExecUpdate_v12000);
 typedef CUresult (CUDAAPI *fg_sig_cuGraphDebugDotPrint)(CUgraph hGraph, const char *path, unsigned int flags);

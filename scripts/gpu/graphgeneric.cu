@@ -3,12 +3,12 @@
 // event wait, an allocation, a memset, a kernel, a copy, a host function, a
 // cloned child graph, an event record, a free and an empty node, each read
 // back by cuGraphNodeGetParams; launched; parameters changed in the graph
-// and in an executable and launched again; kinds refused; an edge with
-// data (a programmatic launch's); a child graph moved into its node (CUDA
-// 12.9), its parent moved in turn, its own node set in the outermost
-// graph's executable. Prints results by
-// name and bytes as they are, so that the output remotely can be compared
-// with the output natively (scripts/gpu-remote-cudart.sh).
+// and in an executable and launched again; kinds refused; a batch memory
+// operation node; an edge with data (a programmatic launch's); a child
+// graph moved into its node (CUDA 12.9), its parent moved in turn, its own
+// node set in the outermost graph's executable. Prints results by name and
+// bytes as they are, so that the output remotely can be compared with the
+// output natively (scripts/gpu-remote-cudart.sh).
 //     nvcc -O2 -o graphgeneric graphgeneric.cu -lcuda
 #include <stdio.h>
 #include <string.h>
@@ -225,6 +225,49 @@ int main()
     printf("nodes still: %zu\n", count);
     DRV(cuGraphExecDestroy(y));
     DRV(cuGraphDestroy(g));
+
+    // A batch memory operation node: two writes, read back, launched, the
+    // executable's set to other values.
+    CUgraph bg;
+    CUgraphNode bn;
+    CUstreamBatchMemOpParams ops[2];
+    memset(ops, 0, sizeof ops);
+    ops[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    ops[0].writeValue.address = w + 40;
+    ops[0].writeValue.value = 0x11;
+    ops[1].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+    ops[1].writeValue.address = w + 32;
+    ops[1].writeValue.value64 = 0x2200000022ull;
+    DRV(cuGraphCreate(&bg, 0));
+    p = node_of(CU_GRAPH_NODE_TYPE_BATCH_MEM_OP);
+    p.memOp.ctx = ctx;
+    p.memOp.count = 2;
+    p.memOp.paramArray = ops;
+    DRV(add(&bn, bg, NULL, 0, &p));
+    CUgraphNodeParams mb;
+    memset(&mb, 0xff, sizeof mb);
+    DRV(get_params(bn, &mb));
+    printf("batch node: type %d, %u operations, the first a 32-bit write of %#x %s, the second of %#llx; its own "
+           "array %s\n",
+           (int)mb.type, mb.memOp.count, mb.memOp.paramArray[0].writeValue.value,
+           mb.memOp.paramArray[0].writeValue.address == w + 40 ? "where asked" : "elsewhere",
+           (unsigned long long)mb.memOp.paramArray[1].writeValue.value64, mb.memOp.paramArray != ops ? "yes" : "no");
+    CUgraphExec bx;
+    DRV(cuGraphInstantiate(&bx, bg, 0));
+    DRV(cuGraphLaunch(bx, st));
+    DRV(cuStreamSynchronize(st));
+    print_bytes("batch node launched", w);
+    ops[0].writeValue.value = 0x33;
+    ops[1].writeValue.value64 = 0x4400000044ull;
+    printf("executable's batch node set: %s\n", name(exec_set_params(bx, bn, &p)));
+    DRV(cuGraphLaunch(bx, st));
+    DRV(cuStreamSynchronize(st));
+    print_bytes("and launched", w);
+    CUDA_BATCH_MEM_OP_NODE_PARAMS kept;
+    DRV(cuGraphBatchMemOpNodeGetParams(bn, &kept));
+    printf("the graph's node keeps %#x\n", kept.paramArray[0].writeValue.value);
+    DRV(cuGraphExecDestroy(bx));
+    DRV(cuGraphDestroy(bg));
 
     // An edge with data: a programmatic launch's, between two kernels.
     CUgraph e;

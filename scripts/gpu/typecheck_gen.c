@@ -584,6 +584,11 @@ int main(void)
     FIELD(CUDA_RESOURCE_VIEW_DESC, firstLayer);
     FIELD(CUDA_RESOURCE_VIEW_DESC, lastLayer);
     FIELD(CUDA_RESOURCE_VIEW_DESC, reserved);
+    SIZE(CUDA_BATCH_MEM_OP_NODE_PARAMS);
+    FIELD(CUDA_BATCH_MEM_OP_NODE_PARAMS, ctx);
+    FIELD(CUDA_BATCH_MEM_OP_NODE_PARAMS, count);
+    FIELD(CUDA_BATCH_MEM_OP_NODE_PARAMS, paramArray);
+    FIELD(CUDA_BATCH_MEM_OP_NODE_PARAMS, flags);
     SIZE(CUmemLocation);
     FIELD(CUmemLocation, type);
     FIELD(CUmemLocation, id);

@@ -78,7 +78,8 @@
  *                         a free), each read back by cuGraphNodeGetParams;
  *                         launched; parameters changed by
  *                         cuGraphNodeSetParams and cuGraphExecNodeSetParams
- *                         and launched again; an edge with data; a child
+ *                         and launched again; a batch memory operation
+ *                         node; an edge with data; a child
  *                         graph moved into its node, its own node set in
  *                         the executable; kinds and values refused
  *     graphnodes hostile  what a connection may not name: a memset node
@@ -1936,8 +1937,6 @@ static int generic(CUcontext ctx)
     CUgraphNode bad;
     p = node_of(CU_GRAPH_NODE_TYPE_EXT_SEMAS_SIGNAL);
     printf("external semaphore node: %s\n", result_name(cuGraphAddNode(&bad, g, NULL, 0, &p)));
-    p = node_of(CU_GRAPH_NODE_TYPE_BATCH_MEM_OP);
-    printf("batch memory operation node: %s\n", result_name(cuGraphAddNode(&bad, g, NULL, 0, &p)));
     p = node_of(CU_GRAPH_NODE_TYPE_GRAPH);
     p.graph.graph = child;
     p.graph.ownership = (CUgraphChildGraphNodeOwnership)7;
@@ -1948,6 +1947,63 @@ static int generic(CUcontext ctx)
     printf("nodes still: %zu\n", count);
     CHECK(cuGraphExecDestroy(y));
     CHECK(cuGraphDestroy(g));
+
+    /* A batch memory operation node: two writes, read back, launched, the
+     * executable's set to other values; refused: an address outside device
+     * memory, more operations than the simulated GPU keeps in a node. */
+    CUgraph bg;
+    CUgraphNode bn;
+    CUstreamBatchMemOpParams ops[17];
+    memset(ops, 0, sizeof ops);
+    for (int i = 0; i < 17; i++) {
+        ops[i].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+        ops[i].writeValue.address = w + 40;
+        ops[i].writeValue.value = 0x11;
+    }
+    ops[1].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+    ops[1].writeValue.address = w + 32;
+    ops[1].writeValue.value64 = 0x2200000022ull;
+    CHECK(cuGraphCreate(&bg, 0));
+    p = node_of(CU_GRAPH_NODE_TYPE_BATCH_MEM_OP);
+    p.memOp.ctx = ctx;
+    p.memOp.count = 2;
+    p.memOp.paramArray = ops;
+    CHECK(cuGraphAddNode(&bn, bg, NULL, 0, &p));
+    CUgraphNodeParams mb;
+    memset(&mb, 0xff, sizeof mb);
+    CHECK(cuGraphNodeGetParams(bn, &mb));
+    printf("batch node: type %d, %u operations, the first a 32-bit write of %#x %s, the second of %#llx; its own "
+           "array %s\n",
+           (int)mb.type, mb.memOp.count, mb.memOp.paramArray[0].writeValue.value,
+           mb.memOp.paramArray[0].writeValue.address == w + 40 ? "where asked" : "elsewhere",
+           (unsigned long long)mb.memOp.paramArray[1].writeValue.value64,
+           mb.memOp.paramArray != ops ? "yes" : "no");
+    CUgraphExec bx;
+    CHECK(cuGraphInstantiateWithFlags(&bx, bg, 0));
+    CHECK(cuGraphLaunch(bx, st));
+    CHECK(cuStreamSynchronize(st));
+    CHECK(cuMemcpyDtoH_v2(h, w, 64));
+    print_bytes("batch node launched", h, 64);
+    ops[0].writeValue.value = 0x33;
+    ops[1].writeValue.value64 = 0x4400000044ull;
+    printf("executable's batch node set: %s\n", result_name(cuGraphExecNodeSetParams(bx, bn, &p)));
+    CHECK(cuGraphLaunch(bx, st));
+    CHECK(cuStreamSynchronize(st));
+    CHECK(cuMemcpyDtoH_v2(h, w, 64));
+    print_bytes("and launched", h, 64);
+    CUDA_BATCH_MEM_OP_NODE_PARAMS kept;
+    CHECK(cuGraphBatchMemOpNodeGetParams(bn, &kept));
+    printf("the graph's node keeps %#x\n", kept.paramArray[0].writeValue.value);
+    ops[2].writeValue.address = (CUdeviceptr)(uintptr_t)&ops[16];
+    p.memOp.count = 3;
+    printf("a write outside device memory: %s\n", result_name(cuGraphAddNode(&bad, bg, NULL, 0, &p)));
+    ops[2].writeValue.address = w + 40;
+    p.memOp.count = 17;
+    printf("17 operations: %s\n", result_name(cuGraphAddNode(&bad, bg, NULL, 0, &p)));
+    CHECK(cuGraphGetNodes(bg, NULL, &count));
+    printf("batch graph nodes: %zu\n", count);
+    CHECK(cuGraphExecDestroy(bx));
+    CHECK(cuGraphDestroy(bg));
 
     /* An edge with data (a programmatic launch's), given by cuGraphAddNode_v2:
      * the simulated GPU has plain edges only, so the node is not added. */

@@ -75,12 +75,15 @@ func TestRemoteGraphConditionalNodes(t *testing.T) {
 // use): an allocation, memsets, a kernel, a copy, a host function, a cloned
 // child, event wait and record nodes, an empty node and a free, each read
 // back by cuGraphNodeGetParams; their parameters changed in the graph and
-// in an executable; an edge with data refused by the server's driver with
+// in an executable; a batch memory operation node (its operations read back
+// into an array of the node's, an executable's set to others, a write
+// outside device memory refused); an edge with data refused by the server's driver with
 // no node left behind; a child graph moved into its node (CUDA 12.9), the
 // program's graph then the node's (not destroyed, instantiated or moved
 // alone, nor made to hold the graph that holds it), its own node changed
 // in the executable of the graph its parent was moved into; kinds not made
-// refused. Each kind went through cuGraphAddNode's refusal before.
+// refused. Each kind went through cuGraphAddNode's refusal before, and
+// batch memory operation nodes were not carried.
 func TestRemoteGraphNodesOfEveryKind(t *testing.T) {
 	e := newEnv(t)
 	local := e.run("graphnodes", "generic")
@@ -90,7 +93,10 @@ func TestRemoteGraphNodesOfEveryKind(t *testing.T) {
 		"launched: 0=2a 16=5a", " 31=5a 48=33 49=33 50=33 51=33\nhost calls 1, done CUDA_SUCCESS\n",
 		"the executable again: 0=07 16=5a", "a new executable: 0=2a 16=44", "host calls 12\n",
 		"memset parameters for the kernel node: CUDA_ERROR_INVALID_VALUE\nthe allocation node's set: CUDA_ERROR_NOT_SUPPORTED\n",
-		"external semaphore node: CUDA_ERROR_NOT_SUPPORTED\nbatch memory operation node: CUDA_ERROR_NOT_SUPPORTED\nownership 7: CUDA_ERROR_INVALID_VALUE\nkind 99: CUDA_ERROR_INVALID_VALUE\nnodes still: 10\n",
+		"external semaphore node: CUDA_ERROR_NOT_SUPPORTED\nownership 7: CUDA_ERROR_INVALID_VALUE\nkind 99: CUDA_ERROR_INVALID_VALUE\nnodes still: 10\n",
+		"batch node: type 12, 2 operations, the first a 32-bit write of 0x11 where asked, the second of 0x2200000022; its own array yes\n",
+		" 32=22 36=22 40=11 48=33", "executable's batch node set: CUDA_SUCCESS\n", " 32=44 36=44 40=33 48=33",
+		"the graph's node keeps 0x11\na write outside device memory: CUDA_ERROR_INVALID_VALUE\n17 operations: CUDA_ERROR_NOT_SUPPORTED\nbatch graph nodes: 1\n",
 		"a kernel node after a programmatic edge: CUDA_ERROR_NOT_SUPPORTED, nodes 1, handed back no\nafter a plain edge: 1 edge\n",
 		"moved: the node's graph is the program's yes; destroyed alone: CUDA_ERROR_INVALID_VALUE; moved again: CUDA_ERROR_INVALID_VALUE\nthe graph holding it moved into it: CUDA_ERROR_INVALID_VALUE\ninstantiated alone: CUDA_ERROR_INVALID_VALUE\nits node set in the outer graph's executable: CUDA_SUCCESS\n",
 		" 56=77 57=77 58=77 59=77\n",
