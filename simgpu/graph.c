@@ -766,6 +766,17 @@ static CUresult memop_take(struct sim_node *n, const CUDA_BATCH_MEM_OP_NODE_PARA
     return CUDA_SUCCESS;
 }
 
+struct sim_node *sim_node_memops(CUcontext ctx, unsigned int count, const CUstreamBatchMemOpParams *ops)
+{
+    struct sim_node *n = node_new(CU_GRAPH_NODE_TYPE_BATCH_MEM_OP);
+    CUDA_BATCH_MEM_OP_NODE_PARAMS p = {ctx, count, (CUstreamBatchMemOpParams *)ops, 0};
+    if (n && memop_take(n, &p) != CUDA_SUCCESS) {
+        sim_node_destroy(n);
+        n = NULL;
+    }
+    return n;
+}
+
 SIM_EXPORT CUresult cuGraphAddBatchMemOpNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
                                              size_t numDependencies, const CUDA_BATCH_MEM_OP_NODE_PARAMS *nodeParams)
 {

@@ -1838,30 +1838,114 @@ static CUresult set(CUdeviceptr d, unsigned v, size_t n, size_t width, CUstream 
     return CUDA_SUCCESS;
 }
 
-/* Stream memory operations, on a word of width bytes at addr (flags_ok:
- * the operation's flags are its own), in s: whether they can be made. Made
- * at once, as memsets are; captured ones are not simulated. */
-static CUresult memop_ok(CUstream s, CUdeviceptr addr, size_t width, int flags_ok, int pt)
+/* A stream memory operation's word: 4 or 8 bytes, 0 for a barrier or a
+ * flush, -1 for no operation of the driver's. */
+static int op_width(CUstreamBatchMemOpType t)
+{
+    return t == CU_STREAM_MEM_OP_WAIT_VALUE_32 || t == CU_STREAM_MEM_OP_WRITE_VALUE_32   ? 4
+           : t == CU_STREAM_MEM_OP_WAIT_VALUE_64 || t == CU_STREAM_MEM_OP_WRITE_VALUE_64 ? 8
+           : t == CU_STREAM_MEM_OP_BARRIER || t == CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES  ? 0
+                                                                                          : -1;
+}
+
+static int is_wait(CUstreamBatchMemOpType t)
+{
+    return t == CU_STREAM_MEM_OP_WAIT_VALUE_32 || t == CU_STREAM_MEM_OP_WAIT_VALUE_64;
+}
+
+/* Whether a wait's word meets its condition now. */
+static int met(const struct CUstreamMemOpWaitValueParams_st *w, size_t width)
+{
+    unsigned cond = w->flags & ~(unsigned)CU_STREAM_WAIT_VALUE_FLUSH;
+    uint64_t v = width == 4 ? w->value : w->value64, x = 0;
+    memcpy(&x, P(w->address), width); /* little-endian: the low word for 32 bits */
+    return cond == CU_STREAM_WAIT_VALUE_EQ    ? x == v
+           : cond == CU_STREAM_WAIT_VALUE_AND ? (x & v) != 0
+           : cond == CU_STREAM_WAIT_VALUE_NOR ? (~(x | v) & (width == 4 ? 0xffffffffu : ~0ull)) != 0
+           : width == 4                       ? (int32_t)((uint32_t)x - (uint32_t)v) >= 0
+                                              : (int64_t)(x - v) >= 0;
+}
+
+CUresult sim_memops_check(unsigned int count, const CUstreamBatchMemOpParams *ops, unsigned int flags)
+{
+    if (flags || !count || count > 256 || !ops)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned int i = 0; i < count; i++) {
+        const struct CUstreamMemOpWaitValueParams_st *w = &ops[i].waitValue;
+        int width = op_width(w->operation);
+        unsigned cond = w->flags & ~(unsigned)CU_STREAM_WAIT_VALUE_FLUSH;
+        if (width < 0 || (width && (w->address % (unsigned)width || !valid_range(w->address, (size_t)width))))
+            return CUDA_ERROR_INVALID_VALUE;
+        if (width && (is_wait(w->operation) ? cond > CU_STREAM_WAIT_VALUE_NOR
+                                             : w->flags > CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER))
+            return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
+}
+
+/* Checked operations made in order: writes at once, as memsets are; a wait
+ * not met (strict) would wait for what the simulated GPU does not model:
+ * another stream's later work, a peer's: refused there. */
+static CUresult run_ops(unsigned int count, const CUstreamBatchMemOpParams *ops, int strict)
+{
+    for (unsigned int i = 0; i < count; i++) {
+        const struct CUstreamMemOpWaitValueParams_st *w = &ops[i].waitValue;
+        int width = op_width(w->operation);
+        if (width <= 0)
+            continue; /* a barrier, a flush: the writes are made at once */
+        if (is_wait(w->operation) && strict && !met(w, (size_t)width))
+            return CUDA_ERROR_NOT_SUPPORTED;
+        if (!is_wait(w->operation))
+            memcpy(P(w->address), width == 4 ? (const void *)&ops[i].writeValue.value
+                                             : (const void *)&ops[i].writeValue.value64, (size_t)width);
+    }
+    return CUDA_SUCCESS;
+}
+
+void sim_memops_apply(unsigned int count, const CUstreamBatchMemOpParams *ops) { run_ops(count, ops, 0); }
+
+/* Checked operations in s: made, or captured into a batch memory operation
+ * node of the stream's capture. */
+static CUresult memops(CUstream s, unsigned int count, const CUstreamBatchMemOpParams *ops, int pt)
 {
     struct sim_ctx *c;
     CUresult r = sim_check_ctx(&c);
     if (r)
         return r;
-    if (!flags_ok || addr % width || !valid_range(addr, width))
-        return CUDA_ERROR_INVALID_VALUE;
     struct sim_stream *st = sim_stream_of(c, s, pt);
     if (!st)
         return CUDA_ERROR_INVALID_HANDLE;
-    return sim_stream_captured(st) ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+    if (sim_stream_captured(st)) {
+        struct sim_node *n = count <= SIM_MEMOP_NODE_OPS ? sim_node_memops((CUcontext)c, count, ops) : NULL;
+        if (!n)
+            return count <= SIM_MEMOP_NODE_OPS ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_NOT_SUPPORTED;
+        if (sim_capture_route(st, n, &r))
+            return r;
+        sim_node_destroy(n);
+    }
+    return run_ops(count, ops, 1);
 }
 
-/* A word written where the stream got to. */
+/* One operation on a word of width bytes at addr. */
+static CUresult one_op(CUstream s, CUstreamBatchMemOpType t, CUdeviceptr addr, uint64_t v, unsigned flags, int pt)
+{
+    CUstreamBatchMemOpParams op;
+    memset(&op, 0, sizeof op);
+    op.waitValue.operation = t;
+    op.waitValue.address = addr;
+    op.waitValue.flags = flags;
+    if (op_width(t) == 4)
+        op.waitValue.value = (cuuint32_t)v;
+    else
+        op.waitValue.value64 = v;
+    CUresult r = sim_memops_check(1, &op, 0);
+    return r ? r : memops(s, 1, &op, pt);
+}
+
 static CUresult write_value(CUstream s, CUdeviceptr addr, uint64_t v, size_t width, unsigned flags, int pt)
 {
-    CUresult r = memop_ok(s, addr, width, flags <= CU_STREAM_WRITE_VALUE_NO_MEMORY_BARRIER, pt);
-    if (r == CUDA_SUCCESS)
-        memcpy(P(addr), &v, width); /* little-endian: the low word for 32 bits */
-    return r;
+    return one_op(s, width == 4 ? CU_STREAM_MEM_OP_WRITE_VALUE_32 : CU_STREAM_MEM_OP_WRITE_VALUE_64, addr, v, flags,
+                  pt);
 }
 
 SIM_EXPORT CUresult cuStreamWriteValue32_v2(CUstream s, CUdeviceptr addr, cuuint32_t v, unsigned int flags)
@@ -1876,25 +1960,10 @@ SIM_EXPORT CUresult cuStreamWriteValue64_v2(CUstream s, CUdeviceptr addr, cuuint
     return write_value(s, addr, v, 8, flags, 0);
 }
 
-/* A wait on a word: its stream goes on once the word meets the condition.
- * Copies and writes are made when enqueued here, so a wait for what the
- * program wrote before in any stream is met at once; one for a word not
- * yet written (another stream's later work, a peer's) would wait for
- * something the simulated GPU does not model: refused. */
 static CUresult wait_value(CUstream s, CUdeviceptr addr, uint64_t v, size_t width, unsigned flags, int pt)
 {
-    unsigned cond = flags & ~(unsigned)CU_STREAM_WAIT_VALUE_FLUSH;
-    CUresult r = memop_ok(s, addr, width, cond <= CU_STREAM_WAIT_VALUE_NOR, pt);
-    if (r != CUDA_SUCCESS)
-        return r;
-    uint64_t w = 0;
-    memcpy(&w, P(addr), width);
-    int met = cond == CU_STREAM_WAIT_VALUE_EQ    ? w == v
-            : cond == CU_STREAM_WAIT_VALUE_AND ? (w & v) != 0
-            : cond == CU_STREAM_WAIT_VALUE_NOR ? (~(w | v) & (width == 4 ? 0xffffffffu : ~0ull)) != 0
-            : width == 4                       ? (int32_t)((uint32_t)w - (uint32_t)v) >= 0
-                                               : (int64_t)(w - v) >= 0;
-    return met ? CUDA_SUCCESS : CUDA_ERROR_NOT_SUPPORTED;
+    return one_op(s, width == 4 ? CU_STREAM_MEM_OP_WAIT_VALUE_32 : CU_STREAM_MEM_OP_WAIT_VALUE_64, addr, v, flags,
+                  pt);
 }
 
 SIM_EXPORT CUresult cuStreamWaitValue32_v2(CUstream s, CUdeviceptr addr, cuuint32_t v, unsigned int flags)
@@ -1916,57 +1985,13 @@ FG_MEMCPY_BATCH_ENTRIES(SIM_EXPORT, cuMemcpyAsync, cuMemcpyAsync_ptsz)
 FG_MEMCPY3D_BATCH_ENTRIES(SIM_EXPORT, cuMemcpy3DAsync_v2, cuMemcpy3DAsync_v2_ptsz)
 FG_MEMCPY3D_PEER_ENTRIES(SIM_EXPORT, cuMemcpy3D_v2, cuMemcpy3D_v2_ptds, cuMemcpy3DAsync_v2, cuMemcpy3DAsync_v2_ptsz)
 
-CUresult sim_memops_check(unsigned int count, const CUstreamBatchMemOpParams *ops, unsigned int flags)
-{
-    if (flags || !count || count > 256 || !ops)
-        return CUDA_ERROR_INVALID_VALUE;
-    for (unsigned int i = 0; i < count; i++) {
-        CUstreamBatchMemOpType t = ops[i].operation;
-        size_t width = t == CU_STREAM_MEM_OP_WAIT_VALUE_32 || t == CU_STREAM_MEM_OP_WRITE_VALUE_32 ? 4
-                     : t == CU_STREAM_MEM_OP_WAIT_VALUE_64 || t == CU_STREAM_MEM_OP_WRITE_VALUE_64 ? 8
-                                                                                                   : 0;
-        if (!width && t != CU_STREAM_MEM_OP_BARRIER && t != CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES)
-            return CUDA_ERROR_INVALID_VALUE;
-        if (width && (ops[i].waitValue.address % width || !valid_range(ops[i].waitValue.address, width)))
-            return CUDA_ERROR_INVALID_VALUE;
-    }
-    return CUDA_SUCCESS;
-}
-
-CUresult sim_memops_run(CUstream s, unsigned int count, const CUstreamBatchMemOpParams *ops)
-{
-    CUresult r = CUDA_SUCCESS;
-    for (unsigned int i = 0; i < count && r == CUDA_SUCCESS; i++) {
-        const struct CUstreamMemOpWaitValueParams_st *w = &ops[i].waitValue;
-        switch (ops[i].operation) {
-        case CU_STREAM_MEM_OP_WAIT_VALUE_32: r = wait_value(s, w->address, w->value, 4, w->flags, 0); break;
-        case CU_STREAM_MEM_OP_WAIT_VALUE_64: r = wait_value(s, w->address, w->value64, 8, w->flags, 0); break;
-        case CU_STREAM_MEM_OP_WRITE_VALUE_32: r = write_value(s, w->address, w->value, 4, w->flags, 0); break;
-        case CU_STREAM_MEM_OP_WRITE_VALUE_64: r = write_value(s, w->address, w->value64, 8, w->flags, 0); break;
-        default: break; /* a barrier, a flush: the writes are made at once */
-        }
-    }
-    return r;
-}
-
-void sim_memops_apply(unsigned int count, const CUstreamBatchMemOpParams *ops)
-{
-    for (unsigned int i = 0; i < count; i++) {
-        const struct CUstreamMemOpWriteValueParams_st *w = &ops[i].writeValue;
-        if (ops[i].operation == CU_STREAM_MEM_OP_WRITE_VALUE_32)
-            memcpy(P(w->address), &w->value, 4);
-        else if (ops[i].operation == CU_STREAM_MEM_OP_WRITE_VALUE_64)
-            memcpy(P(w->address), &w->value64, 8);
-    }
-}
-
 /* A batch: every operation checked first, then made in order. */
 SIM_EXPORT CUresult cuStreamBatchMemOp_v2(CUstream s, unsigned int count, CUstreamBatchMemOpParams *ops,
                                           unsigned int flags)
 {
     SIM_GATE();
     CUresult r = sim_memops_check(count, ops, flags);
-    return r ? r : sim_memops_run(s, count, ops);
+    return r ? r : memops(s, count, ops, 0);
 }
 
 void sim_fill(void *dst, unsigned v, size_t n, size_t width)

@@ -295,15 +295,15 @@ struct sim_knode {
 };
 
 /* Stream memory operations (memory.c): whether count of them (and flags)
- * are the driver's, each on a word of device memory at its width; made in
- * order where stream s got to. */
+ * are the driver's, each on a word of device memory at its width; the
+ * writes of checked ones made at once (a graph's node when it runs: its
+ * waits are met, as work is made when it is enqueued). */
 CUresult sim_memops_check(unsigned int count, const CUstreamBatchMemOpParams *ops, unsigned int flags);
-CUresult sim_memops_run(CUstream s, unsigned int count, const CUstreamBatchMemOpParams *ops);
-/* The writes of checked operations, made at once (a graph's node when it
- * runs: its waits are met, as work is made when it is enqueued). */
 void sim_memops_apply(unsigned int count, const CUstreamBatchMemOpParams *ops);
-/* The operations a batch memory operation node holds, at most. */
+/* A batch memory operation node of ctx holding checked operations, at most
+ * SIM_MEMOP_NODE_OPS (graph.c). */
 #define SIM_MEMOP_NODE_OPS 16
+struct sim_node *sim_node_memops(CUcontext ctx, unsigned int count, const CUstreamBatchMemOpParams *ops);
 
 /* core.c */
 extern int sim_initialized;

@@ -268,6 +268,29 @@ int main()
     printf("the graph's node keeps %#x\n", kept.paramArray[0].writeValue.value);
     DRV(cuGraphExecDestroy(bx));
     DRV(cuGraphDestroy(bg));
+    // Captured: a stream's write of a word becomes such a node.
+    CUstream cs;
+    CUgraph cg;
+    CUgraphNode cn;
+    CUgraphNodeType ct;
+    size_t one_node = 1;
+    unsigned char h44 = 0;
+    DRV(cuStreamCreate(&cs, CU_STREAM_NON_BLOCKING));
+    DRV(cuStreamBeginCapture(cs, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    DRV(cuStreamWriteValue32(cs, w + 44, 0x55, 0));
+    DRV(cuStreamEndCapture(cs, &cg));
+    DRV(cuGraphGetNodes(cg, &cn, &one_node));
+    DRV(cuGraphNodeGetType(cn, &ct));
+    DRV(cuMemcpyDtoH(&h44, w + 44, 1));
+    printf("captured write: %zu node of type %d, word 44 before its launch %#x;", one_node, (int)ct, h44);
+    DRV(cuGraphInstantiate(&bx, cg, 0));
+    DRV(cuGraphLaunch(bx, cs));
+    DRV(cuStreamSynchronize(cs));
+    DRV(cuMemcpyDtoH(&h44, w + 44, 1));
+    printf(" after %#x\n", h44);
+    DRV(cuGraphExecDestroy(bx));
+    DRV(cuGraphDestroy(cg));
+    DRV(cuStreamDestroy(cs));
 
     // An edge with data: a programmatic launch's, between two kernels.
     CUgraph e;

@@ -2004,6 +2004,28 @@ static int generic(CUcontext ctx)
     printf("batch graph nodes: %zu\n", count);
     CHECK(cuGraphExecDestroy(bx));
     CHECK(cuGraphDestroy(bg));
+    /* Captured: a stream's write of a word becomes such a node. */
+    CUstream cs;
+    CUgraph cg;
+    CUgraphNode cn;
+    CUgraphNodeType ct;
+    size_t one_node = 1;
+    CHECK(cuStreamCreate(&cs, CU_STREAM_NON_BLOCKING));
+    CHECK(cuStreamBeginCapture_v2(cs, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CHECK(cuStreamWriteValue32_v2(cs, w + 44, 0x55, 0));
+    CHECK(cuStreamEndCapture(cs, &cg));
+    CHECK(cuGraphGetNodes(cg, &cn, &one_node));
+    CHECK(cuGraphNodeGetType(cn, &ct));
+    CHECK(cuMemcpyDtoH_v2(h, w, 64));
+    printf("captured write: %zu node of type %d, word 44 before its launch %#x;", one_node, (int)ct, h[44]);
+    CHECK(cuGraphInstantiateWithFlags(&bx, cg, 0));
+    CHECK(cuGraphLaunch(bx, cs));
+    CHECK(cuStreamSynchronize(cs));
+    CHECK(cuMemcpyDtoH_v2(h, w, 64));
+    printf(" after %#x\n", h[44]);
+    CHECK(cuGraphExecDestroy(bx));
+    CHECK(cuGraphDestroy(cg));
+    CHECK(cuStreamDestroy_v2(cs));
 
     /* An edge with data (a programmatic launch's), given by cuGraphAddNode_v2:
      * the simulated GPU has plain edges only, so the node is not added. */
