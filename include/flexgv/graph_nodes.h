@@ -11,6 +11,7 @@
 
 #include "flexgv/cuda_api_gen.h"
 
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -65,7 +66,7 @@ static inline CUresult fg_node_add_with_edges(CUresult (*add)(CUgraphNode *, CUg
                                               CUgraphNode *ph, CUgraph g, const CUgraphNode *deps,
                                               const CUgraphEdgeData *edges, size_t n, CUgraphNodeParams *p)
 {
-    if (!ph || !p || (n && !deps))
+    if (!ph || !p || (n && !deps) || n > SIZE_MAX / sizeof(CUgraphNode))
         return CUDA_ERROR_INVALID_VALUE;
     if (fg_plain_edges(edges, n))
         return add(ph, g, deps, n, p);
