@@ -135,6 +135,10 @@ func (q *quotaFlags) setup() ([]string, func(), error) {
 		gpus, nvmlErr = gpuinfo.GPUs()
 	}
 	if (q.computeMax != "" || q.compute != "" || q.priority != "") && nvmlErr != nil {
+		// A value wrong whatever the GPUs is said first.
+		if _, err := tenant.ParseLimits(limits, nil); err != nil {
+			return nil, nil, err
+		}
 		// Scheduling is by GPU, shared with other tenants: it needs UUIDs.
 		return nil, nil, fmt.Errorf("--compute, --compute-max and --priority need NVML to identify the GPUs: %v", nvmlErr)
 	}

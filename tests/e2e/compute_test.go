@@ -175,6 +175,23 @@ func TestBadComputeFlagsStopBeforeTheProgram(t *testing.T) {
 				args, r.code, r.stdout, r.stderr, c.msg)
 		}
 	}
+	// Without NVML a value wrong whatever the GPUs is said, not NVML's
+	// absence; a right one is refused for that absence.
+	noLib := t.TempDir()
+	for _, c := range []struct {
+		args []string
+		msg  string
+	}{
+		{[]string{"--compute", "150%"}, `--compute 150%: "150%" is not a percentage above 0 and at most 100`},
+		{[]string{"--compute-max", "0=abc"}, `"abc" is not a percentage`},
+		{[]string{"--compute", "30%"}, "--compute, --compute-max and --priority need NVML to identify the GPUs"},
+	} {
+		args := append(append([]string{"run"}, c.args...), "--", "sh", "-c", "echo started")
+		if r := e.runIn(noLib, "flexgv", args...); r.code != 2 || r.stdout != "" || !strings.Contains(r.stderr, c.msg) {
+			t.Errorf("without NVML, flexgv %q: exit %d, stdout %q, stderr %q; want exit 2 and %q",
+				args, r.code, r.stdout, r.stderr, c.msg)
+		}
+	}
 }
 
 // A program that never launches sees nothing of a cap.
