@@ -1943,6 +1943,9 @@ static int generic(CUcontext ctx)
     printf("ownership 7: %s\n", result_name(cuGraphAddNode(&bad, g, NULL, 0, &p)));
     p = node_of((CUgraphNodeType)99);
     printf("kind 99: %s\n", result_name(cuGraphAddNode(&bad, g, NULL, 0, &p)));
+    p = node_of(CU_GRAPH_NODE_TYPE_EMPTY);
+    printf("more dependencies than memory holds: %s\n",
+           result_name(cuGraphAddNode(&bad, g, n, SIZE_MAX / sizeof(CUgraphNode) + 1, &p)));
     CHECK(cuGraphGetNodes(g, NULL, &count));
     printf("nodes still: %zu\n", count);
     CHECK(cuGraphExecDestroy(y));

@@ -94,7 +94,7 @@ func TestRemoteGraphNodesOfEveryKind(t *testing.T) {
 		"launched: 0=2a 16=5a", " 31=5a 48=33 49=33 50=33 51=33\nhost calls 1, done CUDA_SUCCESS\n",
 		"the executable again: 0=07 16=5a", "a new executable: 0=2a 16=44", "host calls 12\n",
 		"memset parameters for the kernel node: CUDA_ERROR_INVALID_VALUE\nthe allocation node's set: CUDA_ERROR_NOT_SUPPORTED\n",
-		"external semaphore node: CUDA_ERROR_NOT_SUPPORTED\nownership 7: CUDA_ERROR_INVALID_VALUE\nkind 99: CUDA_ERROR_INVALID_VALUE\nnodes still: 10\n",
+		"external semaphore node: CUDA_ERROR_NOT_SUPPORTED\nownership 7: CUDA_ERROR_INVALID_VALUE\nkind 99: CUDA_ERROR_INVALID_VALUE\nmore dependencies than memory holds: CUDA_ERROR_INVALID_VALUE\nnodes still: 10\n",
 		"batch node: type 12, 2 operations, the first a 32-bit write of 0x11 where asked, the second of 0x2200000022; its own array yes\n",
 		" 32=22 36=22 40=11 48=33", "executable's batch node set: CUDA_SUCCESS\n", " 32=44 36=44 40=33 48=33",
 		"the graph's node keeps 0x11\na write outside device memory: CUDA_ERROR_INVALID_VALUE\n17 operations: CUDA_ERROR_NOT_SUPPORTED\nbatch graph nodes: 1\n",
