@@ -140,6 +140,12 @@ func PodRequest(pod *corev1.Pod) (r Request, ok bool, err error) {
 	if ok && r.Remote && r.SM > 0 {
 		return Request{}, false, fmt.Errorf("%s is for the node's own GPUs, under its MPS; a remote vGPU runs on the server's", AnnotationSM)
 	}
+	// An MPS control daemon runs one server at a time, for one user: a
+	// client of another user waits until the server's clients are all gone.
+	if ok && r.SM > 0 && runsAsNonRoot(pod, r.Container) {
+		return Request{}, false, fmt.Errorf("%s: container %s runs as a user other than root, and the node's MPS server runs as root, serving one user at a time: "+
+			"its CUDA calls would wait until no root pod uses the GPU; run it as root or leave %s out", AnnotationSM, r.Container, AnnotationSM)
+	}
 	for _, a := range []string{AnnotationPriority, AnnotationComputeMax, AnnotationSM} {
 		if !ok && pod.Annotations[a] != "" {
 			return Request{}, false, fmt.Errorf("%s is set but no container asks for %s", a, ResourceVGPU)

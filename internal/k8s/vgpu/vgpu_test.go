@@ -277,3 +277,40 @@ func TestRemoteRequest(t *testing.T) {
 		}
 	}
 }
+
+// A pod asking for part of the SMs, under the node's MPS whose server runs
+// as root, is refused when it says its container runs as another user:
+// MPS serves one user at a time, so its CUDA calls would wait for every
+// root pod to finish. Root, or a user the pod does not state, passes.
+func TestSMPodsRunAsRoot(t *testing.T) {
+	id := func(v int64) *int64 { return &v }
+	yes := true
+	for _, c := range []struct {
+		what    string
+		pod     corev1.PodSecurityContext
+		ctr     *corev1.SecurityContext
+		refused bool
+	}{
+		{"the container's runAsUser 1000", corev1.PodSecurityContext{}, &corev1.SecurityContext{RunAsUser: id(1000)}, true},
+		{"the pod's runAsUser 1000", corev1.PodSecurityContext{RunAsUser: id(1000)}, nil, true},
+		{"the pod's runAsNonRoot", corev1.PodSecurityContext{RunAsNonRoot: &yes}, nil, true},
+		{"the pod's 1000, the container's 0", corev1.PodSecurityContext{RunAsUser: id(1000)}, &corev1.SecurityContext{RunAsUser: id(0)}, false},
+		{"root", corev1.PodSecurityContext{RunAsUser: id(0)}, nil, false},
+		{"no user stated", corev1.PodSecurityContext{}, nil, false},
+	} {
+		p := pod(map[string]string{AnnotationSM: "25"}, map[corev1.ResourceName]string{ResourceVGPU: "1", ResourceMemory: "1"})
+		p.Spec.SecurityContext = &c.pod
+		p.Spec.Containers[0].SecurityContext = c.ctr
+		_, ok, err := PodRequest(p)
+		if c.refused && (err == nil || !strings.Contains(err.Error(), "flexgv.io/gpu-sm: container c0 runs as a user other than root")) {
+			t.Errorf("%s: PodRequest = %v, want the refusal", c.what, err)
+		}
+		if !c.refused && (err != nil || !ok) {
+			t.Errorf("%s: PodRequest = %v, %v; want it taken", c.what, ok, err)
+		}
+		p.Annotations = nil // without gpu-sm, any user
+		if _, ok, err := PodRequest(p); err != nil || !ok {
+			t.Errorf("%s without %s: %v, %v", c.what, AnnotationSM, ok, err)
+		}
+	}
+}
