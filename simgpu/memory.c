@@ -1893,6 +1893,8 @@ static CUresult run_ops(unsigned int count, const CUstreamBatchMemOpParams *ops,
         int width = op_width(w->operation);
         if (width <= 0)
             continue; /* a barrier, a flush: the writes are made at once */
+        if (!strict && !valid_range(w->address, (size_t)width))
+            continue; /* a node's word freed since: a GPU would fault, asynchronously */
         if (is_wait(w->operation) && strict && !met(w, (size_t)width))
             return CUDA_ERROR_NOT_SUPPORTED;
         if (!is_wait(w->operation))
