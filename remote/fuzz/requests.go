@@ -78,6 +78,13 @@ func Valid() []Request {
 		// parameters read back with room for four bodies.
 		{"fgrGraphAddConditionalNode", w{}.u64(h.Graph).u64(0).u64(0x5c0d000000000001).u64(0).u64(2).u64(h.Context).u8(1).u8(0).u8(0).u8(1), res + (1 + 8 + 8) + (1 + 8 + 16)},
 		{"fgrGraphConditionalNodeGetParams", w{}.u64(h.Node).u64(4).u8(1).u8(1).u8(1).u8(1).u8(1), res + (1 + 8 + 8) + 2*(1+8+4) + (1 + 8 + 8) + (1 + 8 + 32)},
+		// A child graph moved into a node of its own graph's (the driver
+		// would refuse it); a batch memory operation node of one 32-bit
+		// write into the connection's memory, read back and set.
+		{"fgrGraphAddMovedChild", w{}.u64(h.Graph).u64(0).u64(h.Graph).u8(1).u8(0), res + (1 + 8 + 8)},
+		{"fgrGraphAddBatchMemOpNode", w{}.u64(h.Graph).u64(0).u64(h.Context).u64(1).u64(0).u8(1).u8(0).u8(1).u64(48).raw(memop(0x1000, 7)), res + (1 + 8 + 8)},
+		{"fgrGraphBatchMemOpNodeGetParams", w{}.u64(h.Node).u64(1).u8(1).u8(1).u8(1).u8(1), res + (1 + 8 + 8) + 2*(1+8+4) + (1 + 8 + 48)},
+		{"fgrGraphBatchMemOpNodeSetParams", w{}.u64(0).u64(h.Node).u64(h.Context).u64(1).u64(0).u8(1).u64(48).raw(memop(0x1000, 9)), res},
 		// A kernel node's parameters read (room for 16 bytes of them), and
 		// set on an executable's copy of it.
 		{"fgrGraphKernelNodeGetParams", w{}.u64(h.Node).u64(16).u8(1).u8(1).u8(1).u8(1).u8(1).u8(1), res + 2*(1+8+8) + (1 + 8 + 24) + (1 + 8 + 4) + (1 + 8 + 16) + (1 + 8 + 4)},
@@ -151,4 +158,10 @@ func names(args []byte, handles ...uint64) bool {
 		}
 	}
 	return false
+}
+
+// memop is a stream memory operation's 48 bytes: a 32-bit write of v at addr.
+func memop(addr uint64, v uint32) string {
+	b := w{}.u32(2).u32(0).u64(addr).u64(uint64(v)).u32(0).u32(0).u64(0).u64(0)
+	return string(b)
 }
