@@ -2007,6 +2007,20 @@ static int generic(CUcontext ctx)
     printf("batch graph nodes: %zu\n", count);
     CHECK(cuGraphExecDestroy(bx));
     CHECK(cuGraphDestroy(bg));
+    /* A node whose word is freed before the launch: a GPU faults
+     * asynchronously; the launch here writes nothing and goes on. */
+    CUdeviceptr gone;
+    CHECK(cuMemAlloc_v2(&gone, 4096));
+    CHECK(cuGraphCreate(&bg, 0));
+    ops[0].writeValue.address = gone;
+    p.memOp.count = 1;
+    CHECK(cuGraphAddNode(&bn, bg, NULL, 0, &p));
+    CHECK(cuGraphInstantiateWithFlags(&bx, bg, 0));
+    CHECK(cuMemFree_v2(gone));
+    CHECK(cuGraphLaunch(bx, st));
+    printf("a batch node launched after its word was freed: %s\n", result_name(cuStreamSynchronize(st)));
+    CHECK(cuGraphExecDestroy(bx));
+    CHECK(cuGraphDestroy(bg));
     /* Captured: a stream's write of a word becomes such a node. */
     CUstream cs;
     CUgraph cg;

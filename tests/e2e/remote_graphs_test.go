@@ -77,8 +77,8 @@ func TestRemoteGraphConditionalNodes(t *testing.T) {
 // back by cuGraphNodeGetParams; their parameters changed in the graph and
 // in an executable; a batch memory operation node (its operations read back
 // into an array of the node's, an executable's set to others, a write
-// outside device memory refused; one captured from a stream's write of a
-// word); an edge with data refused by the server's driver with
+// outside device memory refused; one launched after its word was freed,
+// which writes nothing; one captured from a stream's write of a word); an edge with data refused by the server's driver with
 // no node left behind; a child graph moved into its node (CUDA 12.9), the
 // program's graph then the node's (not destroyed, instantiated or moved
 // alone, nor made to hold the graph that holds it), its own node changed
@@ -98,7 +98,7 @@ func TestRemoteGraphNodesOfEveryKind(t *testing.T) {
 		"batch node: type 12, 2 operations, the first a 32-bit write of 0x11 where asked, the second of 0x2200000022; its own array yes\n",
 		" 32=22 36=22 40=11 48=33", "executable's batch node set: CUDA_SUCCESS\n", " 32=44 36=44 40=33 48=33",
 		"the graph's node keeps 0x11\na write outside device memory: CUDA_ERROR_INVALID_VALUE\n17 operations: CUDA_ERROR_NOT_SUPPORTED\nbatch graph nodes: 1\n",
-		"captured write: 1 node of type 12, word 44 before its launch 0; after 0x55\n",
+		"a batch node launched after its word was freed: CUDA_SUCCESS\ncaptured write: 1 node of type 12, word 44 before its launch 0; after 0x55\n",
 		"a kernel node after a programmatic edge: CUDA_ERROR_NOT_SUPPORTED, nodes 1, handed back no\nafter a plain edge: 1 edge\n",
 		"moved: the node's graph is the program's yes; destroyed alone: CUDA_ERROR_INVALID_VALUE; moved again: CUDA_ERROR_INVALID_VALUE\nthe graph holding it moved into it: CUDA_ERROR_INVALID_VALUE\ninstantiated alone: CUDA_ERROR_INVALID_VALUE\nits node set in the outer graph's executable: CUDA_SUCCESS\n",
 		" 56=77 57=77 58=77 59=77\n",
