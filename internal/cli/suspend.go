@@ -65,8 +65,8 @@ func suspendTenant(c *cobra.Command, name string, timeout time.Duration) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.OutOrStdout(), "suspended tenant %s: %s, %s off the GPU in %s\n", name, plural(r.Procs, "process", "processes"),
-		tenant.FormatSize(r.Bytes), r.Took.Round(time.Millisecond))
+	fmt.Fprintf(c.OutOrStdout(), "suspended tenant %s: %s, %s off the GPU in %s (%s waiting for submitted work)\n", name,
+		plural(r.Procs, "process", "processes"), tenant.FormatSize(r.Bytes), r.Took.Round(time.Millisecond), r.Waited.Round(time.Millisecond))
 	return nil
 }
 

@@ -28,7 +28,10 @@ type Result struct {
 	Procs int
 	Bytes uint64 // the device memory their charges said they held
 	Took  time.Duration
-	Where string // "the GPU", or the GPU a resume restored them onto
+	// Of Took, a suspend's wait for the work the processes had submitted
+	// (the driver's lock); the rest moved their memory.
+	Waited time.Duration
+	Where  string // "the GPU", or the GPU a resume restored them onto
 }
 
 // target is one process of a tenant as the driver knows it.
@@ -134,6 +137,7 @@ func Suspend(dir, name string, timeout time.Duration, warn io.Writer) (Result, e
 		}
 		locked = append(locked, t)
 	}
+	waited := time.Since(start)
 	for _, t := range todo {
 		if err := d.Checkpoint(t.pid); err != nil {
 			undo()
@@ -146,7 +150,7 @@ func Suspend(dir, name string, timeout time.Duration, warn io.Writer) (Result, e
 			fmt.Fprintf(warn, "flexgv suspend: warning: process %d is suspended, but flexgv ps will not say so: %v\n", t.pid, err)
 		}
 	}
-	return Result{Procs: len(todo), Bytes: heldBytes(todo), Took: time.Since(start), Where: "the GPU"}, nil
+	return Result{Procs: len(todo), Bytes: heldBytes(todo), Took: time.Since(start), Waited: waited, Where: "the GPU"}, nil
 }
 
 // heldBytes is what the processes' tenant charges say they hold, all devices.

@@ -4,11 +4,24 @@
  * OP: state, lock, lock:MS (a timeout), checkpoint, restore, unlock, or
  * restore:OLD>NEW[,OLD>NEW...] (a restore with GPU pairs, by device index;
  * an index past the devices stands for a UUID no device has).
- * Prints one line per OP: "OP RESULT", and for state the state's number. */
+ * Prints one line per OP: "OP RESULT", and for state the state's number;
+ * with -t first, each line also gives the OP's milliseconds, and a first
+ * line cuInit's (what the driver's own operations take, apart). */
 #include "common.h"
+
+#include <time.h>
 
 /* A result's name, or its number where it has none of ours: what a
  * driver answers that the simulated GPU does not model yet. */
+static int timed;
+
+static double ms_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (t.tv_sec - t0->tv_sec) * 1e3 + (t.tv_nsec - t0->tv_nsec) / 1e6;
+}
+
 static const char *named(CUresult r)
 {
     static char buf[32];
@@ -30,15 +43,22 @@ static void device_uuid(int i, CUuuid *u)
 
 int main(int argc, char **argv)
 {
+    timed = argc > 1 && !strcmp(argv[1], "-t");
+    argc -= timed, argv += timed;
     if (argc < 3) {
-        fprintf(stderr, "usage: ckptctl PID OP...\n");
+        fprintf(stderr, "usage: ckptctl [-t] PID OP...\n");
         return 2;
     }
     int pid = atoi(argv[1]);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     CHECK(cuInit(0));
+    if (timed)
+        printf("cuInit %.1f ms\n", ms_since(&t0));
     for (int i = 2; i < argc; i++) {
         const char *op = argv[i];
         CUresult r;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         if (!strcmp(op, "state")) {
             CUprocessState st = CU_PROCESS_STATE_FAILED;
             r = cuCheckpointProcessGetState(pid, &st);
@@ -76,7 +96,10 @@ int main(int argc, char **argv)
             fprintf(stderr, "ckptctl: unknown operation %s\n", op);
             return 2;
         }
-        printf("%s %s\n", op, named(r));
+        if (timed)
+            printf("%s %s %.1f ms\n", op, named(r), ms_since(&t0));
+        else
+            printf("%s %s\n", op, named(r));
     }
     return 0;
 }

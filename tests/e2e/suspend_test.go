@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -117,7 +118,7 @@ func TestSuspendTakesATenantOffTheGPUAndResumeBringsItBack(t *testing.T) {
 	}
 
 	r := e.run("flexgv", "suspend", "g")
-	if r.code != 0 || !strings.HasPrefix(r.stdout, "suspended tenant g: 1 process, 128MiB off the GPU in ") {
+	if r.code != 0 || !regexp.MustCompile(`^suspended tenant g: 1 process, 128MiB off the GPU in [0-9.]+m?s \([0-9.]+[mµ]?s waiting for submitted work\)\n$`).MatchString(r.stdout) {
 		t.Fatalf("flexgv suspend g: %+v", r)
 	}
 	if used, procs := nvmlMiB(t, e); used != 0 || procs != "none" {
