@@ -22,7 +22,8 @@
 # graph moved into its node among them (graphgeneric), a
 # cuBLAS program with stream capture (cublas), PyTorch training
 # (torch-train: losses bit for bit, throughput over native, and with
-# latency added; torch-segments: with expandable segments), Triton,
+# latency added; torch-segments: with expandable segments), batch-1 eager
+# inference's latency over native's, with latency added too (torch-infer), Triton,
 # torch.compile, CuPy and JAX (triton_add, torch_compile, cupy_check,
 # jax_check); and measurements: round trips per
 # training step remotely and natively (torch-trips), host-to-device and
@@ -282,6 +283,54 @@ PY
     done
 else
     echo "SKIP torch-train: no PyTorch here"
+fi
+# Batch-1 eager inference of a small transformer (a request every 10 ms,
+# each synchronized), natively and remotely, and over tcp:// with latency
+# added to every round trip: request latency p50 / p99 against native's;
+# then the round trips a request takes (tcp://, from runs of 300 and 600).
+if wanted torch-infer && python3 -c 'import torch' 2>/dev/null; then
+    infer() { env "$@" timeout "$LIMIT" python3 scripts/gpu/share_load.py infer 100 6 2>&1 | grep '^latency_ms' || echo "latency_ms FAILED"; }
+    native_lat=$(infer LD_LIBRARY_PATH="$CUDA/lib64")
+    echo "torch-infer natively: $native_lat"
+    for v in "${ADDRS[@]/#/FLEXGV_REMOTE=}" "FLEXGV_REMOTE=tcp://127.0.0.1:7072 FLEXGV_REMOTE_DELAY_US=10" \
+        "FLEXGV_REMOTE=tcp://127.0.0.1:7072 FLEXGV_REMOTE_DELAY_US=50"; do
+        # shellcheck disable=SC2086 # v is the variant's assignments
+        lat=$(infer $v LD_LIBRARY_PATH="$B/remote:$CUDA/lib64")
+        python3 - "$native_lat" "$lat" "$v" <<'PY'
+import sys
+n, r = (a.split() for a in sys.argv[1:3])
+if len(n) < 4 or len(r) < 4:
+    print(f"FAIL torch-infer {sys.argv[3]}: no latency ({' '.join(r)})")
+else:
+    print(f"torch-infer {sys.argv[3]}: p50 {r[1]} ms ({float(r[1]) / float(n[1]):.3f} of native), "
+          f"p99 {r[2]} ms ({float(r[2]) / float(n[2]):.3f}), {r[3]} requests")
+PY
+    done
+    for sec in 3 6; do
+        FLEXGV_REMOTE_LOG=calls FLEXGV_REMOTE=tcp://127.0.0.1:7072 LD_LIBRARY_PATH="$B/remote:$CUDA/lib64" \
+            timeout "$LIMIT" python3 scripts/gpu/share_load.py infer 100 "$sec" >"$tmp/icalls$sec.out" 2>&1
+    done
+    python3 - "$tmp/icalls3.out" "$tmp/icalls6.out" <<'PY'
+import re, sys
+def calls(f):
+    total, by = None, {}
+    for line in open(f):
+        m = re.search(r"(\d+) round trips, (\d+) calls queued, (\d+) writes", line)
+        if m:
+            total = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
+        m = re.match(r"flexgv remote:\s+(\w+)\s+(\d+)\s+(\d+)$", line)
+        if m:
+            by[m.group(1)] = (int(m.group(2)), int(m.group(3)))
+    return total, by
+(a, ba), (b, bb) = calls(sys.argv[1]), calls(sys.argv[2])
+if a is None or b is None:
+    print("FAIL torch-infer round trips: no count from the client")
+    sys.exit(0)
+print(f"torch-infer per request over 300 more requests, tcp://: {(b[0] - a[0]) / 300:.2f} round trips, "
+      f"{(b[1] - a[1]) / 300:.1f} calls queued, {(b[2] - a[2]) / 300:.2f} writes")
+d = sorted(((bb[k][0] - ba.get(k, (0, 0))[0], k) for k in bb), reverse=True)
+print("  round trips per request by call: " + ", ".join(f"{k} {n / 300:.2f}" for n, k in d[:12] if n > 0))
+PY
 fi
 # Host-to-device bandwidth through PyTorch, remote over native.
 if wanted h2d && python3 -c 'import torch' 2>/dev/null; then

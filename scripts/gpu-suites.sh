@@ -7,7 +7,8 @@
 #         [LIMIT=S] [JOBS=N] [TEST_LIMIT=S] [QUOTA=SIZE] scripts/gpu-suites.sh [OUTDIR]
 # Suites: cupy (the tests folder of a CuPy checkout at the installed
 # version, given by CUPY_TESTS; its cuda_tests and core_tests, slow ones
-# left out; CUPY_SELECT picks other folders under cupy_tests). Each suite
+# left out; CUPY_SELECT picks other folders under cupy_tests, or paths with
+# a slash under the tests folder: cupyx_tests/test_cusparse.py). Each suite
 # runs once per mode with pytest, JOBS workers (default 16), each test at
 # most TEST_LIMIT seconds (default 120), the whole run at most LIMIT
 # seconds (default 300: a run stopped there is interrupted, and what it
@@ -56,7 +57,9 @@ suite() {
             { echo "cupy: CUPY_TESTS=${CUPY_TESTS:-} is not a CuPy tests folder (no cupy_tests/)" >&2; return 1; }
         DIR=$(cd "$CUPY_TESTS" && pwd)
         ARGS=(-m "not slow")
-        for s in ${CUPY_SELECT:-cuda_tests core_tests}; do ARGS+=("cupy_tests/$s"); done
+        for s in ${CUPY_SELECT:-cuda_tests core_tests}; do
+            case $s in */*) ARGS+=("$s") ;; *) ARGS+=("cupy_tests/$s") ;; esac
+        done
         ;;
     *)
         echo "SUITES: $1 is not cupy" >&2
