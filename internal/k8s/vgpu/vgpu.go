@@ -103,6 +103,10 @@ type Request struct {
 	Remote     bool     // a remote vGPU (Count 1), on a GPU server node
 }
 
+// MaxMemoryMiB bounds a vGPU's memory (1 EiB, beyond any GPU): sums of
+// requests then stay far from overflowing.
+const MaxMemoryMiB = 1 << 40
+
 // PodRequest reads what pod asks for; ok is false when it asks for no
 // vGPU. A request that cannot be honoured is an error saying why: the
 // admission webhook shows it to whoever creates the pod.
@@ -222,6 +226,8 @@ func containerRequest(c corev1.Container, annotations map[string]string) (Reques
 		return r, fmt.Errorf("container %s: %s %d is negative", c.Name, ResourceVGPU, count)
 	case !hasMem || mem <= 0:
 		return r, fmt.Errorf("container %s asks for %s without %s; give the MiB of device memory each vGPU may use", c.Name, ResourceVGPU, ResourceMemory)
+	case mem > MaxMemoryMiB:
+		return r, fmt.Errorf("container %s: %s %d MiB is more than any GPU has", c.Name, ResourceMemory, mem)
 	case hasCompute && (compute <= 0 || compute > 100):
 		return r, fmt.Errorf("container %s: %s %d is not a share of one GPU; give a percentage from 1 to 100 (per vGPU), or none", c.Name, ResourceCompute, compute)
 	}
@@ -258,7 +264,7 @@ func remoteRequest(c corev1.Container, r Request, count int64, annotations map[s
 	num := func(a string, lo, hi int64) (int64, bool, error) {
 		return annotationNumber(annotations, a, lo, hi, fmt.Sprintf("want a whole number from %d to %d", lo, hi))
 	}
-	mem, ok, err := num(AnnotationRemoteMemory, 1, 1<<40)
+	mem, ok, err := num(AnnotationRemoteMemory, 1, MaxMemoryMiB)
 	if err != nil {
 		return r, err
 	}

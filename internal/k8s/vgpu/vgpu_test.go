@@ -80,6 +80,9 @@ func TestPodRequestRefuses(t *testing.T) {
 			"flexgv.io/gpu-compute 150 is not a share of one GPU; give a percentage from 1 to 100"},
 		{pod(nil, map[corev1.ResourceName]string{ResourceVGPU: "1", ResourceMemory: "1024", ResourceCompute: "0"}),
 			"flexgv.io/gpu-compute 0 is not a share"},
+		// Its sum with the context would overflow and fit any GPU.
+		{pod(nil, map[corev1.ResourceName]string{ResourceVGPU: "1", ResourceMemory: "8e18"}),
+			"container c0: flexgv.io/gpu-memory 8000000000000000000 MiB is more than any GPU has"},
 		{pod(map[string]string{AnnotationPriority: "urgent"}, map[corev1.ResourceName]string{ResourceVGPU: "1", ResourceMemory: "1"}),
 			`flexgv.io/priority "urgent" is not a priority; use low, normal, high or a number from 0 to 9 (higher runs first)`},
 		{pod(map[string]string{AnnotationPriority: "10"}, map[corev1.ResourceName]string{ResourceVGPU: "1", ResourceMemory: "1"}),
