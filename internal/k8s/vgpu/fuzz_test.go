@@ -70,3 +70,25 @@ func FuzzPodRequest(f *testing.F) {
 		}
 	})
 }
+
+// A node's inventory annotation, however garbled, is read without a panic,
+// and one accepted offers a capacity that did not overflow.
+func FuzzNodeInventory(f *testing.F) {
+	f.Add(Inventory{Slots: 8, ContextMiB: 512, GPUs: []GPU{{UUID: "GPU-a", MemoryMiB: 81559, Healthy: true}}}.Encode())
+	f.Add(`{"slots":1,"contextMiB":0,"gpus":[{"uuid":"a","memoryMiB":9223372036854775807,"healthy":true},{"uuid":"b","memoryMiB":9223372036854775807,"healthy":true}]}`)
+	f.Add(`{"slots":-1}`)
+	f.Add(`{"slots":2,"gpus":[{"uuid":"a","memoryMiB":1},{"uuid":"a","memoryMiB":1}]}`)
+	f.Fuzz(func(t *testing.T, s string) {
+		inv, ok, err := NodeInventory(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", Annotations: map[string]string{AnnotationInventory: s}}})
+		if err != nil || !ok {
+			return
+		}
+		c := inv.Capacity()
+		if m := c[ResourceMemory]; m.Value() < 0 {
+			t.Fatalf("capacity %s MiB from %s", m.String(), s)
+		}
+		if inv.Slots < 1 || inv.ContextMiB < 0 {
+			t.Fatalf("accepted %+v", inv)
+		}
+	})
+}

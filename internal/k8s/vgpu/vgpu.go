@@ -346,14 +346,14 @@ func NodeInventory(node *corev1.Node) (inv Inventory, ok bool, err error) {
 	if inv.Slots < 1 {
 		return bad("slots %d", inv.Slots)
 	}
-	if inv.ContextMiB < 0 {
+	if inv.ContextMiB < 0 || inv.ContextMiB > MaxMemoryMiB {
 		return bad("context %d MiB", inv.ContextMiB)
 	}
 	seen := map[string]bool{}
 	for _, g := range inv.GPUs {
 		// A GPU counted twice, or one of no size, would let pods in that
-		// do not fit.
-		if g.UUID == "" || seen[g.UUID] || g.MemoryMiB <= 0 {
+		// do not fit; one past any GPU's size, sums that overflow.
+		if g.UUID == "" || seen[g.UUID] || g.MemoryMiB <= 0 || g.MemoryMiB > MaxMemoryMiB {
 			return bad("GPU %q of %d MiB (listed before: %v)", g.UUID, g.MemoryMiB, seen[g.UUID])
 		}
 		seen[g.UUID] = true
