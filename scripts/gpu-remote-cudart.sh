@@ -259,27 +259,7 @@ PY
             FLEXGV_REMOTE_LOG=calls FLEXGV_REMOTE=$addr LD_LIBRARY_PATH="$B/remote:$CUDA/lib64" \
                 timeout "$LIMIT" python3 scripts/gpu/torch_train.py "$n" 20 >"$tmp/calls$n.out" 2>&1
         done
-        python3 - "$tmp/calls100.out" "$tmp/calls300.out" "${addr%%://*}" <<'PY'
-import re, sys
-def calls(f):
-    total, by = None, {}
-    for line in open(f):
-        m = re.search(r"(\d+) round trips, (\d+) calls queued, (\d+) writes", line)
-        if m:
-            total = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
-        m = re.match(r"flexgv remote:\s+(\w+)\s+(\d+)\s+(\d+)$", line)
-        if m:
-            by[m.group(1)] = (int(m.group(2)), int(m.group(3)))
-    return total, by
-(a, ba), (b, bb) = calls(sys.argv[1]), calls(sys.argv[2])
-if a is None or b is None:
-    print("FAIL torch-train round trips: no count from the client")
-    sys.exit(0)
-print(f"torch-train per step over 200 more steps, {sys.argv[3]}://: {(b[0] - a[0]) / 200:.1f} round trips, "
-      f"{(b[1] - a[1]) / 200:.1f} calls queued, {(b[2] - a[2]) / 200:.1f} writes")
-d = sorted(((bb[k][0] - ba.get(k, (0, 0))[0], k) for k in bb), reverse=True)
-print("  round trips per step by call: " + ", ".join(f"{k} {n / 200:.2f}" for n, k in d[:12] if n > 0))
-PY
+        python3 scripts/gpu/roundtrips.py "$tmp/calls100.out" "$tmp/calls300.out" 200 "torch-train ${addr%%://*}://" step
     done
 else
     echo "SKIP torch-train: no PyTorch here"
@@ -310,27 +290,7 @@ PY
         FLEXGV_REMOTE_LOG=calls FLEXGV_REMOTE=tcp://127.0.0.1:7072 LD_LIBRARY_PATH="$B/remote:$CUDA/lib64" \
             timeout "$LIMIT" python3 scripts/gpu/share_load.py infer 100 "$sec" >"$tmp/icalls$sec.out" 2>&1
     done
-    python3 - "$tmp/icalls3.out" "$tmp/icalls6.out" <<'PY'
-import re, sys
-def calls(f):
-    total, by = None, {}
-    for line in open(f):
-        m = re.search(r"(\d+) round trips, (\d+) calls queued, (\d+) writes", line)
-        if m:
-            total = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
-        m = re.match(r"flexgv remote:\s+(\w+)\s+(\d+)\s+(\d+)$", line)
-        if m:
-            by[m.group(1)] = (int(m.group(2)), int(m.group(3)))
-    return total, by
-(a, ba), (b, bb) = calls(sys.argv[1]), calls(sys.argv[2])
-if a is None or b is None:
-    print("FAIL torch-infer round trips: no count from the client")
-    sys.exit(0)
-print(f"torch-infer per request over 300 more requests, tcp://: {(b[0] - a[0]) / 300:.2f} round trips, "
-      f"{(b[1] - a[1]) / 300:.1f} calls queued, {(b[2] - a[2]) / 300:.2f} writes")
-d = sorted(((bb[k][0] - ba.get(k, (0, 0))[0], k) for k in bb), reverse=True)
-print("  round trips per request by call: " + ", ".join(f"{k} {n / 300:.2f}" for n, k in d[:12] if n > 0))
-PY
+    python3 scripts/gpu/roundtrips.py "$tmp/icalls3.out" "$tmp/icalls6.out" 300 "torch-infer tcp://" request
 fi
 # Host-to-device bandwidth through PyTorch, remote over native.
 if wanted h2d && python3 -c 'import torch' 2>/dev/null; then

@@ -257,6 +257,8 @@ typedef CUresult (CUDAAPI *fg_sig_cuTensorMapEncodeTiled)(CUtensorMap *tensorMap
 SAME(fg_sig_cuTensorMapEncodeTiled, PFN_cuTensorMapEncodeTiled_v12000);
 typedef CUresult (CUDAAPI *fg_sig_cuTensorMapEncodeIm2col)(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const int *pixelBoxLowerCorner, const int *pixelBoxUpperCorner, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill);
 SAME(fg_sig_cuTensorMapEncodeIm2col, PFN_cuTensorMapEncodeIm2col_v12000);
+typedef CUresult (CUDAAPI *fg_sig_cuTensorMapEncodeIm2colWide)(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, int pixelBoxLowerCornerWidth, int pixelBoxUpperCornerWidth, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapIm2ColWideMode mode, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill);
+SAME(fg_sig_cuTensorMapEncodeIm2colWide, PFN_cuTensorMapEncodeIm2colWide_v12080);
 typedef CUresult (CUDAAPI *fg_sig_cuTensorMapReplaceAddress)(CUtensorMap *tensorMap, void *globalAddress);
 SAME(fg_sig_cuTensorMapReplaceAddress, PFN_cuTensorMapReplaceAddress_v12000);
 typedef CUresult (CUDAAPI *fg_sig_cuKernelGetLibrary)(CUlibrary *pLib, CUkernel kernel);
