@@ -2732,6 +2732,27 @@ __attribute__((weak)) SIM_EXPORT CUresult cuTensorMapEncodeIm2col(CUtensorMap *t
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+__attribute__((weak)) SIM_EXPORT CUresult cuTensorMapEncodeIm2colWide(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, int pixelBoxLowerCornerWidth, int pixelBoxUpperCornerWidth, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapIm2ColWideMode mode, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
+{
+    (void)tensorMap;
+    (void)tensorDataType;
+    (void)tensorRank;
+    (void)globalAddress;
+    (void)globalDim;
+    (void)globalStrides;
+    (void)pixelBoxLowerCornerWidth;
+    (void)pixelBoxUpperCornerWidth;
+    (void)channelsPerPixel;
+    (void)pixelsPerColumn;
+    (void)elementStrides;
+    (void)interleave;
+    (void)mode;
+    (void)swizzle;
+    (void)l2Promotion;
+    (void)oobFill;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 __attribute__((weak)) SIM_EXPORT CUresult cuTensorMapReplaceAddress(CUtensorMap *tensorMap, void *globalAddress)
 {
     (void)tensorMap;
@@ -4093,6 +4114,7 @@ const struct fg_proc sim_procs[] = {
     {"cuLinkDestroy", "cuLinkDestroy", 5050, 0, (void *)cuLinkDestroy},
     {"cuTensorMapEncodeTiled", "cuTensorMapEncodeTiled", 12000, 0, (void *)cuTensorMapEncodeTiled},
     {"cuTensorMapEncodeIm2col", "cuTensorMapEncodeIm2col", 12000, 0, (void *)cuTensorMapEncodeIm2col},
+    {"cuTensorMapEncodeIm2colWide", "cuTensorMapEncodeIm2colWide", 12080, 0, (void *)cuTensorMapEncodeIm2colWide},
     {"cuTensorMapReplaceAddress", "cuTensorMapReplaceAddress", 12000, 0, (void *)cuTensorMapReplaceAddress},
     {"cuKernelGetLibrary", "cuKernelGetLibrary", 12050, 0, (void *)cuKernelGetLibrary},
     {"cuMemcpy3DPeer", "cuMemcpy3DPeer", 4000, 0, (void *)cuMemcpy3DPeer},

@@ -1,5 +1,5 @@
-/* Tensor maps (cuTensorMapEncodeTiled, cuTensorMapEncodeIm2col,
- * cuTensorMapReplaceAddress): the driver's checks on what it is given,
+/* Tensor maps (cuTensorMapEncodeTiled, cuTensorMapEncodeIm2col and its
+ * wide form, cuTensorMapReplaceAddress): the driver's checks on what it is given,
  * from the driver API reference, and an encoding of our own (the real one
  * is opaque); a map is only ever read back by the program, never by a
  * simulated kernel. */
@@ -97,12 +97,40 @@ SIM_EXPORT CUresult cuTensorMapEncodeIm2col(CUtensorMap *tensorMap, CUtensorMapD
     return CUDA_SUCCESS;
 }
 
+/* Rows loaded along W only (CUDA 12.8): one corner offset each side of W,
+ * 32 or 128 columns a row. */
+SIM_EXPORT CUresult cuTensorMapEncodeIm2colWide(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType,
+                                                cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim,
+                                                const cuuint64_t *globalStrides, int pixelBoxLowerCornerWidth,
+                                                int pixelBoxUpperCornerWidth, cuuint32_t channelsPerPixel,
+                                                cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides,
+                                                CUtensorMapInterleave interleave, CUtensorMapIm2ColWideMode mode,
+                                                CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion,
+                                                CUtensorMapFloatOOBfill oobFill)
+{
+    CUresult r = check(tensorMap, tensorDataType, tensorRank, 3, globalAddress, globalDim, globalStrides,
+                       elementStrides, interleave, swizzle, l2Promotion, oobFill);
+    if (r)
+        return r;
+    if (mode > CU_TENSOR_MAP_IM2COL_WIDE_MODE_W128 || channelsPerPixel == 0 || channelsPerPixel > 256 ||
+        pixelsPerColumn == 0 || pixelsPerColumn > 1024 || pixelBoxLowerCornerWidth < -32768 ||
+        pixelBoxLowerCornerWidth > 32767 || pixelBoxUpperCornerWidth < -32768 || pixelBoxUpperCornerWidth > 32767)
+        return CUDA_ERROR_INVALID_VALUE;
+    encode(tensorMap, 3, globalAddress, tensorRank, globalDim, globalStrides, NULL, elementStrides,
+           (uint64_t)tensorDataType | (uint64_t)interleave << 8 | (uint64_t)swizzle << 16 |
+               (uint64_t)l2Promotion << 24 | (uint64_t)oobFill << 32 | (uint64_t)mode << 40);
+    tensorMap->opaque[13] = (uint64_t)(pixelBoxLowerCornerWidth & 0xffff) << 16 | (pixelBoxUpperCornerWidth & 0xffff);
+    tensorMap->opaque[14] = (uint64_t)channelsPerPixel << 32 | pixelsPerColumn;
+    return CUDA_SUCCESS;
+}
+
 SIM_EXPORT CUresult cuTensorMapReplaceAddress(CUtensorMap *tensorMap, void *globalAddress)
 {
     if (!sim_initialized)
         return CUDA_ERROR_NOT_INITIALIZED;
     if (!tensorMap || !aligned(tensorMap, 64) || !globalAddress || !aligned(globalAddress, 16) ||
-        (tensorMap->opaque[0] != (MAP_MAGIC ^ 1) && tensorMap->opaque[0] != (MAP_MAGIC ^ 2)))
+        (tensorMap->opaque[0] != (MAP_MAGIC ^ 1) && tensorMap->opaque[0] != (MAP_MAGIC ^ 2) &&
+         tensorMap->opaque[0] != (MAP_MAGIC ^ 3)))
         return CUDA_ERROR_INVALID_VALUE;
     tensorMap->opaque[1] = (uint64_t)(uintptr_t)globalAddress;
     return CUDA_SUCCESS;

@@ -280,6 +280,10 @@ typedef enum CUtensorMapL2promotion_enum {
 typedef enum CUtensorMapFloatOOBfill_enum {
     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0
 } CUtensorMapFloatOOBfill;
+typedef enum CUtensorMapIm2ColWideMode_enum {
+    CU_TENSOR_MAP_IM2COL_WIDE_MODE_W32 = 0,
+    CU_TENSOR_MAP_IM2COL_WIDE_MODE_W128 = 1
+} CUtensorMapIm2ColWideMode;
 
 typedef enum CUfunc_cache_enum {
     CU_FUNC_CACHE_PREFER_NONE = 0,

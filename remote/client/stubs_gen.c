@@ -5382,6 +5382,44 @@ FGR_EXPORT CUresult cuTensorMapEncodeIm2col(CUtensorMap *tensorMap, CUtensorMapD
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuTensorMapEncodeIm2colWide(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, int pixelBoxLowerCornerWidth, int pixelBoxUpperCornerWidth, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapIm2ColWideMode mode, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill)
+{
+    CUresult fgr_r;
+    uint64_t n_tensorMap = tensorMap ? sizeof(CUtensorMap) : 0;
+    uint64_t n_globalDim = globalDim ? fgr_mul((uint64_t)(tensorRank), sizeof(cuuint64_t)) : 0;
+    if (n_globalDim > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuTensorMapEncodeIm2colWide", "a buffer over the frame limit");
+    uint64_t n_globalStrides = globalStrides ? fgr_mul((uint64_t)(fgr_less(tensorRank,1)), sizeof(cuuint64_t)) : 0;
+    if (n_globalStrides > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuTensorMapEncodeIm2colWide", "a buffer over the frame limit");
+    uint64_t n_elementStrides = elementStrides ? fgr_mul((uint64_t)(tensorRank), sizeof(cuuint32_t)) : 0;
+    if (n_elementStrides > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "cuTensorMapEncodeIm2colWide", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuTensorMapEncodeIm2colWide, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)tensorDataType);
+    fgr_put_u64(&fgr_c.w, (uint64_t)tensorRank);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)globalAddress);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)pixelBoxLowerCornerWidth);
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)pixelBoxUpperCornerWidth);
+    fgr_put_u64(&fgr_c.w, (uint64_t)channelsPerPixel);
+    fgr_put_u64(&fgr_c.w, (uint64_t)pixelsPerColumn);
+    fgr_put_u64(&fgr_c.w, (uint64_t)interleave);
+    fgr_put_u64(&fgr_c.w, (uint64_t)mode);
+    fgr_put_u64(&fgr_c.w, (uint64_t)swizzle);
+    fgr_put_u64(&fgr_c.w, (uint64_t)l2Promotion);
+    fgr_put_u64(&fgr_c.w, (uint64_t)oobFill);
+    fgr_put_u8(&fgr_c.w, tensorMap != NULL);
+    fgr_put_buf(&fgr_c.w, globalDim, n_globalDim);
+    fgr_put_buf(&fgr_c.w, globalStrides, n_globalStrides);
+    fgr_put_buf(&fgr_c.w, elementStrides, n_elementStrides);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, tensorMap, n_tensorMap, 0);
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuTensorMapReplaceAddress(CUtensorMap *tensorMap, void *globalAddress)
 {
     CUresult fgr_r;
@@ -7692,11 +7730,6 @@ FGR_EXPORT CUresult cuMemMapArrayAsync(void)
     return fgr_unsupported(137, "cuMemMapArrayAsync", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
 }
 
-FGR_EXPORT CUresult cuTensorMapEncodeIm2colWide(void)
-{
-    return fgr_unsupported(138, "cuTensorMapEncodeIm2colWide", "the wide im2col tensor map is not carried yet: tiled and im2col tensor maps are");
-}
-
 FGR_EXPORT CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType type, CUmemoryPool pool)
 {
     CUresult fgr_r;
@@ -7712,7 +7745,7 @@ FGR_EXPORT CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType
     return fgr_end(&fgr_c);
 }
 
-const int fgr_nunsupported = 139;
+const int fgr_nunsupported = 138;
 
 /* Each operation's entry point, for FLEXGV_REMOTE_LOG. */
 const char *const fgr_op_names[FGR_NUM_OPS] = {
@@ -8031,6 +8064,7 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_fgrLinkLogs] = "fgrLinkLogs",
     [FGR_OP_cuTensorMapEncodeTiled] = "cuTensorMapEncodeTiled",
     [FGR_OP_cuTensorMapEncodeIm2col] = "cuTensorMapEncodeIm2col",
+    [FGR_OP_cuTensorMapEncodeIm2colWide] = "cuTensorMapEncodeIm2colWide",
     [FGR_OP_cuTensorMapReplaceAddress] = "cuTensorMapReplaceAddress",
     [FGR_OP_cuKernelGetLibrary] = "cuKernelGetLibrary",
     [FGR_OP_fgrStreamCaptureInfo] = "fgrStreamCaptureInfo",
@@ -8602,6 +8636,7 @@ const struct fg_proc fgr_procs[] = {
     {"fgrLinkLogs", "fgrLinkLogs", 0, 0, (void *)fgrLinkLogs},
     {"cuTensorMapEncodeTiled", "cuTensorMapEncodeTiled", 12000, 0, (void *)cuTensorMapEncodeTiled},
     {"cuTensorMapEncodeIm2col", "cuTensorMapEncodeIm2col", 12000, 0, (void *)cuTensorMapEncodeIm2col},
+    {"cuTensorMapEncodeIm2colWide", "cuTensorMapEncodeIm2colWide", 12080, 0, (void *)cuTensorMapEncodeIm2colWide},
     {"cuTensorMapReplaceAddress", "cuTensorMapReplaceAddress", 12000, 0, (void *)cuTensorMapReplaceAddress},
     {"cuKernelGetLibrary", "cuKernelGetLibrary", 12050, 0, (void *)cuKernelGetLibrary},
     {"cuMemcpy3DPeer", "cuMemcpy3DPeer", 4000, 0, (void *)cuMemcpy3DPeer},
@@ -8871,7 +8906,6 @@ const struct fg_proc fgr_procs[] = {
     {"cuMipmappedArrayGetMemoryRequirements", "cuMipmappedArrayGetMemoryRequirements", 11060, 0, (void *)cuMipmappedArrayGetMemoryRequirements},
     {"cuMipmappedArrayGetSparseProperties", "cuMipmappedArrayGetSparseProperties", 11010, 0, (void *)cuMipmappedArrayGetSparseProperties},
     {"cuMemMapArrayAsync", "cuMemMapArrayAsync", 11010, 0, (void *)cuMemMapArrayAsync},
-    {"cuTensorMapEncodeIm2colWide", "cuTensorMapEncodeIm2colWide", 12080, 0, (void *)cuTensorMapEncodeIm2colWide},
     {"cuMemSetMemPool", "cuMemSetMemPool", 13000, 0, (void *)cuMemSetMemPool},
 };
 

@@ -316,6 +316,7 @@ typedef CUresult (*pfn_fgrLinkRead)(CUlinkState state, size_t off, void *dst, si
 typedef CUresult (*pfn_fgrLinkLogs)(CUlinkState state, unsigned int ninfo, char *info, unsigned int nerror, char *error);
 typedef CUresult (*pfn_cuTensorMapEncodeTiled)(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const cuuint32_t *boxDim, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill);
 typedef CUresult (*pfn_cuTensorMapEncodeIm2col)(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, const int *pixelBoxLowerCorner, const int *pixelBoxUpperCorner, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill);
+typedef CUresult (*pfn_cuTensorMapEncodeIm2colWide)(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType, cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim, const cuuint64_t *globalStrides, int pixelBoxLowerCornerWidth, int pixelBoxUpperCornerWidth, cuuint32_t channelsPerPixel, cuuint32_t pixelsPerColumn, const cuuint32_t *elementStrides, CUtensorMapInterleave interleave, CUtensorMapIm2ColWideMode mode, CUtensorMapSwizzle swizzle, CUtensorMapL2promotion l2Promotion, CUtensorMapFloatOOBfill oobFill);
 typedef CUresult (*pfn_cuTensorMapReplaceAddress)(CUtensorMap *tensorMap, void *globalAddress);
 typedef CUresult (*pfn_cuKernelGetLibrary)(CUlibrary *pLib, CUkernel kernel);
 typedef CUresult (*pfn_fgrStreamCaptureInfo)(CUstream hStream, unsigned int *status, unsigned long long *id, CUgraph *graph, CUgraphNode *deps, size_t *ndeps, unsigned int cap);
@@ -6955,6 +6956,38 @@ static CUresult op_cuTensorMapEncodeIm2col(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_cuTensorMapEncodeIm2colWide(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUtensorMapDataType tensorDataType = (CUtensorMapDataType)fgr_get_u64(rd);
+    cuuint32_t tensorRank = (cuuint32_t)fgr_get_u64(rd);
+    void *globalAddress = (void *)(uintptr_t)fgr_get_u64(rd);
+    int pixelBoxLowerCornerWidth = (int)fgr_get_u64(rd);
+    int pixelBoxUpperCornerWidth = (int)fgr_get_u64(rd);
+    cuuint32_t channelsPerPixel = (cuuint32_t)fgr_get_u64(rd);
+    cuuint32_t pixelsPerColumn = (cuuint32_t)fgr_get_u64(rd);
+    CUtensorMapInterleave interleave = (CUtensorMapInterleave)fgr_get_u64(rd);
+    CUtensorMapIm2ColWideMode mode = (CUtensorMapIm2ColWideMode)fgr_get_u64(rd);
+    CUtensorMapSwizzle swizzle = (CUtensorMapSwizzle)fgr_get_u64(rd);
+    CUtensorMapL2promotion l2Promotion = (CUtensorMapL2promotion)fgr_get_u64(rd);
+    CUtensorMapFloatOOBfill oobFill = (CUtensorMapFloatOOBfill)fgr_get_u64(rd);
+    int has_tensorMap = fgr_get_u8(rd);
+    cuuint64_t *globalDim = fgr_get_buf(rd, q, fgr_mul((uint64_t)(tensorRank), sizeof(cuuint64_t)), 1);
+    cuuint64_t *globalStrides = fgr_get_buf(rd, q, fgr_mul((uint64_t)(fgr_less(tensorRank,1)), sizeof(cuuint64_t)), 1);
+    cuuint32_t *elementStrides = fgr_get_buf(rd, q, fgr_mul((uint64_t)(tensorRank), sizeof(cuuint32_t)), 1);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUtensorMap *tensorMap = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_tensorMap && !(tensorMap = fgr_out(q, sizeof(CUtensorMap))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuTensorMapEncodeIm2colWide)fgr_real[FGR_OP_cuTensorMapEncodeIm2colWide])(tensorMap, tensorDataType, tensorRank, globalAddress, globalDim, globalStrides, pixelBoxLowerCornerWidth, pixelBoxUpperCornerWidth, channelsPerPixel, pixelsPerColumn, elementStrides, interleave, mode, swizzle, l2Promotion, oobFill);
+    if (has_tensorMap)
+        fgr_reply_out(q, tensorMap, sizeof(CUtensorMap), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_cuTensorMapReplaceAddress(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -9815,6 +9848,7 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_fgrLinkLogs] = {"fgrLinkLogs", op_fgrLinkLogs, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuTensorMapEncodeTiled] = {"cuTensorMapEncodeTiled", op_cuTensorMapEncodeTiled, 0, FGR_MAX_FRAME},
     [FGR_OP_cuTensorMapEncodeIm2col] = {"cuTensorMapEncodeIm2col", op_cuTensorMapEncodeIm2col, 0, FGR_MAX_FRAME},
+    [FGR_OP_cuTensorMapEncodeIm2colWide] = {"cuTensorMapEncodeIm2colWide", op_cuTensorMapEncodeIm2colWide, 0, FGR_MAX_FRAME},
     [FGR_OP_cuTensorMapReplaceAddress] = {"cuTensorMapReplaceAddress", op_cuTensorMapReplaceAddress, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuKernelGetLibrary] = {"cuKernelGetLibrary", op_cuKernelGetLibrary, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrStreamCaptureInfo] = {"fgrStreamCaptureInfo", op_fgrStreamCaptureInfo, 0, FGR_SMALL_FRAME},

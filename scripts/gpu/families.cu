@@ -315,6 +315,39 @@ int main()
     CUresult rs = cuPointerSetAttribute(&one, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, (CUdeviceptr)buf);
     DRV(cuPointerGetAttribute(&sync, CU_POINTER_ATTRIBUTE_SYNC_MEMOPS, (CUdeviceptr)buf));
     printf("sync memops set %s read %u\n", name(rs), sync);
+    // Tensor maps the server's driver encodes: tiled, im2col and CUDA 12.8's
+    // wide im2col (for compute capability 10.0 and later: what the driver
+    // answers below that); each encoded twice, whose bytes must agree.
+    {
+        static CUtensorMap m[2] __attribute__((aligned(64)));
+        cuuint64_t dims[4] = {64, 8, 8, 2}, strides[3] = {128, 128 * 8, 128 * 8 * 8};
+        cuuint32_t box[4] = {64, 8, 1, 1}, es[4] = {1, 1, 1, 1};
+        int lower[2] = {-1, -1}, upper[2] = {1, 1};
+        CUresult r[3][2];
+        int same[3];
+        for (int k = 0; k < 3; k++) {
+            for (int j = 0; j < 2; j++) {
+                memset(&m[j], j * 0x5a, sizeof m[j]);
+                if (k == 0)
+                    r[k][j] = cuTensorMapEncodeTiled(&m[j], CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, buf, dims, strides, box,
+                                                     es, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                                     CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                else if (k == 1)
+                    r[k][j] = cuTensorMapEncodeIm2col(&m[j], CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, buf, dims, strides,
+                                                      lower, upper, 64, 32, es, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                                                      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_NONE,
+                                                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+                else
+                    r[k][j] = cuTensorMapEncodeIm2colWide(
+                        &m[j], CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4, buf, dims, strides, -1, 1, 64, 32, es,
+                        CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_IM2COL_WIDE_MODE_W128, CU_TENSOR_MAP_SWIZZLE_128B,
+                        CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+            }
+            same[k] = r[k][0] == r[k][1] && (r[k][0] || !memcmp(&m[0], &m[1], sizeof m[0]));
+        }
+        printf("tensor maps: tiled %s, im2col %s, wide im2col %s; encoded alike twice: %d %d %d\n", name(r[0][0]),
+               name(r[1][0]), name(r[2][0]), same[0], same[1], same[2]);
+    }
     // A batch of copies through the runtime (cudaMemcpyBatchAsync): up from
     // pageable memory, device to device, down; the legacy stream.
     {

@@ -113,6 +113,19 @@ static void tensor_maps(void)
                                 (CUtensorMapInterleave)0, (CUtensorMapSwizzle)0, (CUtensorMapL2promotion)0,
                                 (CUtensorMapFloatOOBfill)0);
     printf("im2col map: %s, shape %08x\n", result_name(r), sum((unsigned char *)&map.opaque[2], 14 * 8));
+    r = cuTensorMapEncodeIm2colWide(&map, (CUtensorMapDataType)7, 4, addr, dims, strides, -1, 1, 64, 32, es,
+                                    (CUtensorMapInterleave)0, CU_TENSOR_MAP_IM2COL_WIDE_MODE_W128,
+                                    (CUtensorMapSwizzle)0, (CUtensorMapL2promotion)0, (CUtensorMapFloatOOBfill)0);
+    printf("wide im2col map: %s, shape %08x; refused: rank 2 %s, mode 2 %s\n", result_name(r),
+           sum((unsigned char *)&map.opaque[2], 14 * 8),
+           result_name(cuTensorMapEncodeIm2colWide(&map, (CUtensorMapDataType)7, 2, addr, dims, strides, -1, 1, 64, 32,
+                                                   es, (CUtensorMapInterleave)0, CU_TENSOR_MAP_IM2COL_WIDE_MODE_W32,
+                                                   (CUtensorMapSwizzle)0, (CUtensorMapL2promotion)0,
+                                                   (CUtensorMapFloatOOBfill)0)),
+           result_name(cuTensorMapEncodeIm2colWide(&map, (CUtensorMapDataType)7, 4, addr, dims, strides, -1, 1, 64, 32,
+                                                   es, (CUtensorMapInterleave)0, (CUtensorMapIm2ColWideMode)2,
+                                                   (CUtensorMapSwizzle)0, (CUtensorMapL2promotion)0,
+                                                   (CUtensorMapFloatOOBfill)0)));
     CHECK(cuMemFree_v2(d));
 }
 

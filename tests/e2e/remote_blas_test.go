@@ -25,7 +25,8 @@ func TestRemoteBlasLike(t *testing.T) {
 		"set too high CUDA_ERROR_INVALID_VALUE: CUDA_SUCCESS 2048\n", "reloaded: dynamic shared memory 0\n",
 		"2D up and down: CUDA_SUCCESS CUDA_SUCCESS, the same rows, gaps untouched\n",
 		"2D with a pitch under the width: CUDA_ERROR_INVALID_VALUE; with no width: CUDA_SUCCESS\n",
-		"2D past the allocation: CUDA_ERROR_INVALID_VALUE\n"} {
+		"2D past the allocation: CUDA_ERROR_INVALID_VALUE\n",
+		"; refused: rank 2 CUDA_ERROR_INVALID_VALUE, mode 2 CUDA_ERROR_INVALID_VALUE\n"} {
 		if !strings.Contains(local.stdout, want) {
 			t.Errorf("locally, no %q in\n%s", want, local.stdout)
 		}
