@@ -279,6 +279,24 @@ static CUresult nvml_p2p(CUdevice dev1, CUdevice dev2, unsigned int index, unsig
     return from_nvml(nr);
 }
 
+/* A context the driver makes is pushed onto the making thread's stack. The
+ * executor makes each request's context current itself, so the new one is
+ * popped again: else every cuCtxCreate would leave that stack one deeper
+ * (the program's own stack is the client's). */
+static CUresult (*real_ctx_pop)(CUcontext *);
+static CUresult popped(CUresult r)
+{
+    CUcontext top;
+    if (r == CUDA_SUCCESS)
+        real_ctx_pop(&top);
+    return r;
+}
+static CUresult (*real_ctx_create_v2)(CUcontext *, unsigned int, CUdevice);
+static CUresult ctx_create(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    return popped(real_ctx_create_v2(pctx, flags, dev));
+}
+
 /* cuCtxCreate_v4 with the execution affinities the client carried (its
  * CUDA-in-graphics parameters are refused on the client). */
 static CUresult (*real_ctx_create_v4)(CUcontext *, CUctxCreateParams *, unsigned int, CUdevice);
@@ -286,9 +304,9 @@ static CUresult ctx_create_affinity(CUcontext *pctx, const CUexecAffinityParam *
                                     unsigned int flags, CUdevice dev)
 {
     if (!affinity && numAffinity <= 0)
-        return real_ctx_create_v4(pctx, NULL, flags, dev);
+        return popped(real_ctx_create_v4(pctx, NULL, flags, dev));
     CUctxCreateParams p = {(CUexecAffinityParam *)affinity, numAffinity, NULL};
-    return real_ctx_create_v4(pctx, &p, flags, dev);
+    return popped(real_ctx_create_v4(pctx, &p, flags, dev));
 }
 
 /* cuOccupancyMaxPotentialBlockSizeWithFlags with the program's dynamic
@@ -676,8 +694,11 @@ int main(int argc, char **argv)
     fgr_real[FGR_OP_fgrNvmlDriverVersion] = (void *)nvml_driver_version;
     fgr_real[FGR_OP_fgrNvmlOwnMemory] = (void *)nvml_own_memory;
     fgr_real[FGR_OP_fgrNvmlP2PStatus] = (void *)nvml_p2p;
+    *(void **)&real_ctx_pop = dlsym(h, "cuCtxPopCurrent_v2");
+    *(void **)&real_ctx_create_v2 = dlsym(h, "cuCtxCreate_v2");
     *(void **)&real_ctx_create_v4 = dlsym(h, "cuCtxCreate_v4");
-    fgr_real[FGR_OP_fgrCtxCreateAffinity] = real_ctx_create_v4 ? (void *)ctx_create_affinity : NULL;
+    fgr_real[FGR_OP_cuCtxCreate_v2] = real_ctx_create_v2 && real_ctx_pop ? (void *)ctx_create : NULL;
+    fgr_real[FGR_OP_fgrCtxCreateAffinity] = real_ctx_create_v4 && real_ctx_pop ? (void *)ctx_create_affinity : NULL;
     *(void **)&real_potential = dlsym(h, "cuOccupancyMaxPotentialBlockSizeWithFlags");
     fgr_real[FGR_OP_fgrOccupancyBlockSize] = real_potential ? (void *)occupancy_block_size : NULL;
     fgr_own_init(h);
