@@ -608,6 +608,44 @@ int sim_mps_join(void)
 
 /* Once per process, whichever threads call it: attached is set only once
  * this process has its slot, so no charge can miss it. */
+/* FLEXGV_SIM_FAIL=PERCENT[:SEED]: that share of this process's device
+ * memory reservations fail as if the device were full, drawn from SEED
+ * (default 1), for tests of what a driver's out-of-memory leaves behind at
+ * any point of any call. 0 (unset): none. */
+static unsigned fail_pct;
+static uint64_t fail_state;
+
+static void fail_setup(void)
+{
+    const char *e = getenv("FLEXGV_SIM_FAIL");
+    if (!e || !*e)
+        return;
+    char *end;
+    unsigned long pct = strtoul(e, &end, 10), seed = 1;
+    if (*end == ':')
+        seed = strtoul(end + 1, &end, 10);
+    if (*end || pct > 100 || end == e) {
+        fprintf(stderr, "flexgv-sim: FLEXGV_SIM_FAIL=%s: want PERCENT[:SEED], PERCENT from 0 to 100\n", e);
+        return;
+    }
+    fail_pct = (unsigned)pct;
+    fail_state = seed * 0x9e3779b97f4a7c15ull + 1;
+}
+
+/* Whether this reservation is one FLEXGV_SIM_FAIL makes fail. */
+static int fail_now(void)
+{
+    if (!fail_pct)
+        return 0;
+    uint64_t x = __atomic_load_n(&fail_state, __ATOMIC_RELAXED), y;
+    do { /* xorshift64, shared by the process's threads */
+        y = x ^ x << 13;
+        y ^= y >> 7;
+        y ^= y << 17;
+    } while (!__atomic_compare_exchange_n(&fail_state, &x, y, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED));
+    return y % 100 < fail_pct;
+}
+
 int sim_attach(void)
 {
     static pthread_mutex_t attach_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -644,6 +682,7 @@ int sim_attach(void)
         fprintf(stderr, "flexgv-sim: %s was created with another configuration; using the file's\n", state_path);
     sim = s;
     visible_sms = mps_sms(s->cfg.sms, &mps_client);
+    fail_setup();
     my_proc = claim_proc_slot();
     pthread_atfork(NULL, NULL, after_fork_child);
     __atomic_store_n(&attached, 1, __ATOMIC_RELEASE);
@@ -679,6 +718,8 @@ int sim_moved(int dev) { return moved_of(my_proc, dev); }
 int sim_mem_reserve(int dev, uint64_t bytes)
 {
     dev = sim_moved(dev);
+    if (fail_now())
+        return -1;
     for (int pass = 0; pass < 2; pass++) {
         if (reserve_on(dev, bytes) == 0) {
             if (my_proc >= 0)

@@ -10,7 +10,12 @@
  *     drvclient limits            pending device launches and the printf FIFO
  *     drvclient devruntime        load a module calling device malloc (which
  *                                 the driver reserves for), then 10 MiB
- *                                 blocks until refused */
+ *                                 blocks until refused
+ *     drvclient faults SEED STEPS STEPS random allocations and releases of
+ *                                 every kind, any of which may fail (the
+ *                                 simulated GPU's FLEXGV_SIM_FAIL); then all
+ *                                 released: prints the calls that failed and
+ *                                 what is left in use over the start */
 #include "common.h"
 
 #include <stdint.h>
@@ -113,6 +118,142 @@ static void local(int argc, char **argv)
     }
 }
 
+/* One thing faults() holds, of a kind: memory from cuMemAlloc, pitched,
+ * managed, stream-ordered or mapped, a module with a global, a context. */
+enum { F_ALLOC, F_PITCH, F_MANAGED, F_ASYNC, F_MAPPED, F_MODULE, F_CONTEXT, F_KINDS };
+struct held {
+    int kind;
+    CUdeviceptr p;
+    size_t size;
+    CUmemGenericAllocationHandle h;
+    CUmodule m;
+    CUcontext c;
+};
+
+static unsigned oom, other, calls;
+static CUresult first_other;
+
+/* Counts a call's result: out of memory is what a fault gives. */
+static int ok(CUresult r)
+{
+    calls++;
+    if (r == CUDA_ERROR_OUT_OF_MEMORY)
+        oom++;
+    else if (r != CUDA_SUCCESS && !other++)
+        first_other = r;
+    return r == CUDA_SUCCESS;
+}
+
+static uint64_t rng;
+static uint64_t next(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return rng;
+}
+
+static int take(struct held *x, int kind, CUstream s)
+{
+    static uint8_t image[4096];
+    *x = (struct held){.kind = kind, .size = (next() % (8 * MiB)) + 1};
+    switch (kind) {
+    case F_ALLOC:
+        return ok(cuMemAlloc_v2(&x->p, x->size));
+    case F_PITCH: {
+        size_t pitch;
+        return ok(cuMemAllocPitch_v2(&x->p, &pitch, 1 + next() % 4096, 1 + next() % 1024, 4));
+    }
+    case F_MANAGED:
+        return ok(cuMemAllocManaged(&x->p, x->size, CU_MEM_ATTACH_GLOBAL));
+    case F_ASYNC:
+        return ok(cuMemAllocAsync(&x->p, x->size, s));
+    case F_MAPPED: {
+        CUmemAllocationProp prop;
+        memset(&prop, 0, sizeof prop);
+        prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+        prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        size_t g;
+        CHECK(cuMemGetAllocationGranularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+        x->size = g * (1 + next() % 4);
+        if (!ok(cuMemCreate(&x->h, x->size, &prop, 0)))
+            return 0;
+        if (ok(cuMemAddressReserve(&x->p, x->size, 0, 0, 0))) {
+            if (ok(cuMemMap(x->p, x->size, 0, x->h, 0))) {
+                CUmemAccessDesc a = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+                if (ok(cuMemSetAccess(x->p, x->size, &a, 1)))
+                    return 1;
+                CHECK(cuMemUnmap(x->p, x->size));
+            }
+            CHECK(cuMemAddressFree(x->p, x->size));
+        }
+        CHECK(cuMemRelease(x->h));
+        return 0;
+    }
+    case F_MODULE:
+        make_cubin(image, (1 + next() % 4) * MiB);
+        return ok(cuModuleLoadData(&x->m, image));
+    default: {
+        if (!ok(cuCtxCreate_v2(&x->c, 0, 0)))
+            return 0;
+        CUcontext top;
+        CHECK(cuCtxPopCurrent_v2(&top)); /* made, it was pushed: the primary is current again */
+        return 1;
+    }
+    }
+}
+
+static void give(struct held *x, CUstream s)
+{
+    switch (x->kind) {
+    case F_ASYNC:
+        CHECK(cuMemFreeAsync(x->p, s));
+        break;
+    case F_MAPPED:
+        CHECK(cuMemUnmap(x->p, x->size));
+        CHECK(cuMemAddressFree(x->p, x->size));
+        CHECK(cuMemRelease(x->h));
+        break;
+    case F_MODULE:
+        CHECK(cuModuleUnload(x->m));
+        break;
+    case F_CONTEXT:
+        CHECK(cuCtxDestroy_v2(x->c));
+        break;
+    default:
+        CHECK(cuMemFree_v2(x->p));
+    }
+}
+
+static void faults(uint64_t seed, int steps)
+{
+    CUstream s;
+    CHECK(cuStreamCreate(&s, 0));
+    CHECK(cuStreamSynchronize(s));
+    size_t base = used_now();
+    struct held live[64];
+    int n = 0;
+    rng = seed * 0x9e3779b97f4a7c15ull + 7;
+    for (int i = 0; i < steps; i++) {
+        if (n == 64 || (n > 0 && next() % 3 == 0)) {
+            int k = (int)(next() % (uint64_t)n);
+            give(&live[k], s);
+            live[k] = live[--n];
+        } else if (take(&live[n], (int)(next() % F_KINDS), s)) {
+            n++;
+        }
+        if (next() % 8 == 0)
+            ok(cuStreamSynchronize(s));
+    }
+    while (n > 0)
+        give(&live[--n], s);
+    CHECK(cuStreamSynchronize(s));
+    CHECK(cuStreamDestroy_v2(s));
+    size_t left = used_now() - base;
+    printf("calls %u, out of memory %u, other errors %u (first %s); left in use %zu bytes; in use %llu MiB\n", calls,
+           oom, other, other ? result_name(first_other) : "none", left, (unsigned long long)(used_now() / MiB));
+}
+
 static void limit(const char *what, CUlimit l, size_t v)
 {
     size_t before = used_now();
@@ -126,7 +267,11 @@ int main(int argc, char **argv)
     const char *mode = argc > 1 ? argv[1] : "";
     CUcontext ctx;
     CHECK(cuInit(0));
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, 0));
+    /* Faults may refuse the context's own memory: tried until it is made. */
+    CUresult r;
+    for (int i = 0; (r = cuDevicePrimaryCtxRetain(&ctx, 0)) == CUDA_ERROR_OUT_OF_MEMORY && i < 100; i++)
+        ;
+    CHECK(r);
     CHECK(cuCtxSetCurrent(ctx));
     if (!strcmp(mode, "blocks") && argc > 2) {
         blocks((size_t)strtoull(argv[2], NULL, 10));
@@ -141,13 +286,15 @@ int main(int argc, char **argv)
         limit("pending launches", CU_LIMIT_DEV_RUNTIME_PENDING_LAUNCH_COUNT, 65536);
         limit("printf FIFO", CU_LIMIT_PRINTF_FIFO_SIZE, 64 * MiB);
         blocks(10 * MiB);
+    } else if (!strcmp(mode, "faults") && argc > 3) {
+        faults(strtoull(argv[2], NULL, 10), atoi(argv[3]));
     } else if (!strcmp(mode, "devruntime")) {
         static const char text[] = "FLEXGV-SIM-MODULE\nkernel allocating 0 devruntime\n";
         CUmodule m;
         CHECK(cuModuleLoadData(&m, text));
         blocks(10 * MiB);
     } else {
-        fprintf(stderr, "usage: drvclient blocks BYTES | global MIB... | local KIB... | limits | devruntime\n");
+        fprintf(stderr, "usage: drvclient blocks BYTES | global MIB... | local KIB... | limits | devruntime | faults SEED STEPS\n");
         return 2;
     }
     hold();

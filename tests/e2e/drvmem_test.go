@@ -131,3 +131,61 @@ func TestTheDriversCountCatchesWhatTheModelMisses(t *testing.T) {
 		t.Errorf("the refusal does not say what the driver counted:\n%s", r.stderr)
 	}
 }
+
+var faultsRE = regexp.MustCompile(`^calls (\d+), out of memory (\d+), other errors (\d+) \(first (\S+)\); left in use (\d+) bytes; in use (\d+) MiB$`)
+
+// faultsLine reads what drvclient faults printed: its calls refused for
+// want of memory, and a line that says what else went wrong or was left.
+func faultsLine(t *testing.T, out string) (line string, oom int, other, left string, inUse uint64) {
+	t.Helper()
+	line = strings.TrimSpace(strings.TrimSuffix(out, "ready\n"))
+	m := faultsRE.FindStringSubmatch(line)
+	if m == nil {
+		t.Fatalf("drvclient faults printed\n%s", out)
+	}
+	oom, _ = strconv.Atoi(m[2])
+	inUse, _ = strconv.ParseUint(m[6], 10, 64)
+	return line, oom, m[3], m[5], inUse
+}
+
+// A driver that runs out of memory at any point of any allocating call
+// (the simulated GPU's FLEXGV_SIM_FAIL: a share of its reservations fail)
+// leaves the tenant's charge as it was: after hundreds of allocations and
+// releases of every kind, many refused part-way, everything released gives
+// back all that was charged, and the charge then is what the driver counts.
+func TestOutOfMemoryMidCallLeavesNoCharge(t *testing.T) {
+	for _, tc := range []struct{ fail, seed string }{{"0", "1"}, {"30", "1"}, {"30", "2"}, {"60", "3"}} {
+		e := quotaEnv(t, "FLEXGV_SIM_FAIL="+tc.fail+":"+tc.seed)
+		p := e.startProc(t, "flexgv", "run", "--mem", "2GiB", "--ctx-mem", "64MiB", "--", bin("drvclient"), "faults", tc.seed, "400")
+		line, oom, other, left, inUse := faultsLine(t, p.out)
+		if (oom > 0) != (tc.fail != "0") || other != "0" || left != "0" {
+			t.Errorf("FLEXGV_SIM_FAIL=%s:%s: %s\nwant out-of-memory answers only with faults, no other error, nothing left in use", tc.fail, tc.seed, line)
+		}
+		if got := driverMiB(t, e); got != inUse {
+			t.Errorf("FLEXGV_SIM_FAIL=%s:%s: charged %d MiB at the end, the driver counts %d MiB", tc.fail, tc.seed, inUse, got)
+		}
+	}
+}
+
+// The same remotely, the faults in the server's driver: the executor's
+// charges hold as a local tenant's, and a context the program makes leaves
+// the executor's own context stack as it was (it was pushed there, one
+// deeper at each cuCtxCreate, until the simulated GPU's stack was full and
+// refused the next with CUDA_ERROR_INVALID_VALUE). What may stay in use is
+// the one emptied 2 MiB page a context keeps for its next small
+// allocations (remote/client/arena.c).
+func TestRemoteOutOfMemoryMidCallLeavesNoCharge(t *testing.T) {
+	for _, tc := range []struct{ fail, seed string }{{"30", "1"}, {"60", "3"}} {
+		e := quotaEnv(t, "FLEXGV_SIM_FAIL="+tc.fail+":"+tc.seed)
+		tok := e.token("a")
+		s := e.serve("unix", "--tenant", "a:"+tok, "--mem", "2GiB", "--ctx-mem", "64MiB")
+		r := e.remoteAs(s, tok, "drvclient", "faults", tc.seed, "400")
+		if r.code != 0 {
+			t.Fatalf("FLEXGV_SIM_FAIL=%s:%s: exit %d\n%s%s", tc.fail, tc.seed, r.code, r.stdout, r.stderr)
+		}
+		line, oom, other, left, _ := faultsLine(t, r.stdout)
+		if oom == 0 || other != "0" || (left != "0" && left != "2097152") {
+			t.Errorf("FLEXGV_SIM_FAIL=%s:%s: %s\nwant out-of-memory answers, no other error, at most a page left in use", tc.fail, tc.seed, line)
+		}
+	}
+}
