@@ -119,7 +119,8 @@ static void local(int argc, char **argv)
 }
 
 /* One thing faults() holds, of a kind: memory from cuMemAlloc, pitched,
- * managed, stream-ordered or mapped, a module with a global, a context. */
+ * managed, stream-ordered or mapped, a module with a global, a context
+ * with a launch's local memory. */
 enum { F_ALLOC, F_PITCH, F_MANAGED, F_ASYNC, F_MAPPED, F_MODULE, F_CONTEXT, F_KINDS };
 struct held {
     int kind;
@@ -196,6 +197,16 @@ static int take(struct held *x, int kind, CUstream s)
     default: {
         if (!ok(cuCtxCreate_v2(&x->c, 0, 0)))
             return 0;
+        /* In it, a launch that grows the context's local memory (kept
+         * until the context goes). */
+        char text[96];
+        snprintf(text, sizeof text, "FLEXGV-SIM-MODULE\nkernel heavy 0 local=%d\n", (int)(1 + next() % 2) * 1024);
+        CUmodule m;
+        CUfunction f;
+        if (ok(cuModuleLoadData(&m, text))) {
+            CHECK(cuModuleGetFunction(&f, m, "heavy"));
+            ok(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+        }
         CUcontext top;
         CHECK(cuCtxPopCurrent_v2(&top)); /* made, it was pushed: the primary is current again */
         return 1;

@@ -156,7 +156,7 @@ func faultsLine(t *testing.T, out string) (line string, oom int, other, left str
 func TestOutOfMemoryMidCallLeavesNoCharge(t *testing.T) {
 	for _, tc := range []struct{ fail, seed string }{{"0", "1"}, {"30", "1"}, {"30", "2"}, {"60", "3"}} {
 		e := quotaEnv(t, "FLEXGV_SIM_FAIL="+tc.fail+":"+tc.seed)
-		p := e.startProc(t, "flexgv", "run", "--mem", "2GiB", "--ctx-mem", "64MiB", "--", bin("drvclient"), "faults", tc.seed, "400")
+		p := e.startProc(t, "flexgv", "run", "--mem", "8GiB", "--ctx-mem", "64MiB", "--", bin("drvclient"), "faults", tc.seed, "400")
 		line, oom, other, left, inUse := faultsLine(t, p.out)
 		if (oom > 0) != (tc.fail != "0") || other != "0" || left != "0" {
 			t.Errorf("FLEXGV_SIM_FAIL=%s:%s: %s\nwant out-of-memory answers only with faults, no other error, nothing left in use", tc.fail, tc.seed, line)
@@ -178,7 +178,7 @@ func TestRemoteOutOfMemoryMidCallLeavesNoCharge(t *testing.T) {
 	for _, tc := range []struct{ fail, seed string }{{"30", "1"}, {"60", "3"}} {
 		e := quotaEnv(t, "FLEXGV_SIM_FAIL="+tc.fail+":"+tc.seed)
 		tok := e.token("a")
-		s := e.serve("unix", "--tenant", "a:"+tok, "--mem", "2GiB", "--ctx-mem", "64MiB")
+		s := e.serve("unix", "--tenant", "a:"+tok, "--mem", "8GiB", "--ctx-mem", "64MiB")
 		r := e.remoteAs(s, tok, "drvclient", "faults", tc.seed, "400")
 		if r.code != 0 {
 			t.Fatalf("FLEXGV_SIM_FAIL=%s:%s: exit %d\n%s%s", tc.fail, tc.seed, r.code, r.stdout, r.stderr)
