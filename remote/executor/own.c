@@ -748,9 +748,32 @@ void fgr_mem_drop_within(uint64_t lo, uint64_t hi)
 
 static void moved_taken(uint64_t base, uint64_t size);
 
+/* A graph allocation's range stays the connection's when the allocation is
+ * freed (kept), until its context goes: each launch of the graph uses the
+ * same addresses. Once the graph is gone the driver hands them out again,
+ * so new memory over a kept range means that range is gone. */
+static void drop_kept_over(uint64_t base, uint64_t end)
+{
+    size_t i = above(base);
+    if (i > 0 && mem[i - 1].end > base)
+        i--;
+    while (i < nmem && mem[i].base < end) {
+        if (!mem[i].kept) {
+            i++;
+            continue;
+        }
+        owner_gone++;
+        fgr_drop(FGR_H_MEM, mem[i].base); /* moves the rest down */
+        owner_gone--;
+    }
+}
+
 void fgr_mem_add(uint64_t base, uint64_t size, int okind, uint64_t owner)
 {
-    if (base == 0 || size == 0 || base + size < base || range_of(base))
+    if (base == 0 || size == 0 || base + size < base)
+        return;
+    drop_kept_over(base, base + size);
+    if (range_of(base))
         return;
     if (nmem == capmem) {
         size_t n = capmem ? 2 * capmem : 64;

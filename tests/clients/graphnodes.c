@@ -60,6 +60,10 @@
  *                         kernel node added after them and made the
  *                         stream's dependencies, captured work after it;
  *                         the graph launched
+ *     graphnodes reuse    graphs whose allocation was freed and which were
+ *                         destroyed, then a range reserved, mapped, set and
+ *                         read where the driver may place it again: over a
+ *                         destroyed graph's addresses
  *     graphnodes kernelparams
  *                         a kernel node's parameters, the entry points
  *                         resolved as a CUDA 12 runtime does: read back,
@@ -2110,6 +2114,60 @@ static int generic(CUcontext ctx)
     return 0;
 }
 
+/* A graph's allocation keeps its addresses for the graph's life; once the
+ * graph is destroyed the driver may hand them out again, here to a range
+ * reserved for mapped memory. */
+static int reuse(CUcontext ctx)
+{
+    (void)ctx;
+    CUstream s;
+    CHECK(cuStreamCreate(&s, 0));
+    CUdeviceptr was[3];
+    const size_t big = 8u << 20, n = 2u << 20; /* a range inside a graph's */
+    for (int i = 0; i < 3; i++) {
+        CUDA_MEM_ALLOC_NODE_PARAMS ap;
+        memset(&ap, 0, sizeof ap);
+        ap.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        ap.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        ap.bytesize = big;
+        CUgraph g;
+        CUgraphNode a;
+        CUgraphExec x;
+        CHECK(cuGraphCreate(&g, 0));
+        CHECK(cuGraphAddMemAllocNode(&a, g, NULL, 0, &ap));
+        CHECK(cuGraphInstantiateWithFlags(&x, g, 0));
+        CHECK(cuGraphLaunch(x, s));
+        CHECK(cuMemFreeAsync(ap.dptr, s));
+        CHECK(cuStreamSynchronize(s));
+        CHECK(cuGraphExecDestroy(x));
+        CHECK(cuGraphDestroy(g));
+        was[i] = ap.dptr;
+    }
+    CHECK(cuDeviceGraphMemTrim(0));
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    CUmemGenericAllocationHandle h;
+    CUdeviceptr p;
+    CHECK(cuMemCreate(&h, n, &prop, 0));
+    CHECK(cuMemAddressReserve(&p, n, 0, 0, 0));
+    int over = 0;
+    for (int i = 0; i < 3; i++)
+        over |= p < was[i] + big && was[i] < p + n;
+    CUmemAccessDesc acc = {.location = prop.location, .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    CUresult rm = cuMemMap(p, n, 0, h, 0);
+    CUresult ra = cuMemSetAccess(p, n, &acc, 1);
+    CUresult rs = cuMemsetD8_v2(p, 0x5a, n);
+    unsigned char b = 0;
+    CUresult rd = cuMemcpyDtoH_v2(&b, p + n - 1, 1);
+    printf("reserved over a destroyed graph's memory: %s; map %s, access %s, memset %s, read %s %#x\n",
+           over ? "yes" : "no", result_name(rm), result_name(ra), result_name(rs), result_name(rd), b);
+    CUresult ru = cuMemUnmap(p, n), rf = cuMemAddressFree(p, n), rr = cuMemRelease(h);
+    printf("unmap %s, free %s, release %s\n", result_name(ru), result_name(rf), result_name(rr));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     CUcontext ctx = primary_context();
@@ -2144,5 +2202,7 @@ int main(int argc, char **argv)
         return old_abis(ctx);
     if (argc > 1 && strcmp(argv[1], "generic") == 0)
         return generic(ctx);
+    if (argc > 1 && strcmp(argv[1], "reuse") == 0)
+        return reuse(ctx);
     return run(ctx);
 }

@@ -344,3 +344,17 @@ func TestRemoteGraphKernelNodeParams(t *testing.T) {
 		})
 	}
 }
+
+// A destroyed graph's allocation addresses, handed out again by the
+// server's driver (here to a smaller range reserved for mapped memory,
+// inside the graph's), are the connection's new memory: the executor keeps
+// a graph's range past its allocation's free (each launch of the graph
+// uses it), and memory starting inside it was not taken as the
+// connection's, so mapping it was refused.
+func TestRemoteGraphMemoryAddressesReused(t *testing.T) {
+	argv := []string{"graphnodes", "reuse"}
+	local := runsLocally(t, newEnv(t), argv,
+		"reserved over a destroyed graph's memory: yes; map CUDA_SUCCESS, access CUDA_SUCCESS, memset CUDA_SUCCESS, read CUDA_SUCCESS 0x5a\n",
+		"unmap CUDA_SUCCESS, free CUDA_SUCCESS, release CUDA_SUCCESS\n")
+	printsAsLocally(t, local, argv, "unix", "shm", "tcp")
+}
