@@ -119,9 +119,9 @@ static void local(int argc, char **argv)
 }
 
 /* One thing faults() holds, of a kind: memory from cuMemAlloc, pitched,
- * managed, stream-ordered or mapped, a module with a global, a context
- * with a launch's local memory. */
-enum { F_ALLOC, F_PITCH, F_MANAGED, F_ASYNC, F_MAPPED, F_MODULE, F_CONTEXT, F_KINDS };
+ * managed, stream-ordered or mapped, a module with a global, a graph that
+ * allocates (launched once), a context with a launch's local memory. */
+enum { F_ALLOC, F_PITCH, F_MANAGED, F_ASYNC, F_MAPPED, F_MODULE, F_GRAPH, F_CONTEXT, F_KINDS };
 struct held {
     int kind;
     CUdeviceptr p;
@@ -129,6 +129,8 @@ struct held {
     CUmemGenericAllocationHandle h;
     CUmodule m;
     CUcontext c;
+    CUgraph g;
+    CUgraphExec x;
 };
 
 static unsigned oom, other, calls;
@@ -194,6 +196,26 @@ static int take(struct held *x, int kind, CUstream s)
     case F_MODULE:
         make_cubin(image, (1 + next() % 4) * MiB);
         return ok(cuModuleLoadData(&x->m, image));
+    case F_GRAPH: {
+        CUDA_MEM_ALLOC_NODE_PARAMS ap;
+        memset(&ap, 0, sizeof ap);
+        ap.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        ap.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        ap.bytesize = x->size;
+        CUgraphNode n;
+        CHECK(cuGraphCreate(&x->g, 0));
+        if (ok(cuGraphAddMemAllocNode(&n, x->g, NULL, 0, &ap)) &&
+            ok(cuGraphInstantiateWithFlags(&x->x, x->g, CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH))) {
+            x->p = ap.dptr;
+            /* Synchronized: remotely a launch is queued, its error comes
+             * at the next synchronization. */
+            if (ok(cuGraphLaunch(x->x, s)) && ok(cuStreamSynchronize(s)))
+                return 1;
+            CHECK(cuGraphExecDestroy(x->x));
+        }
+        CHECK(cuGraphDestroy(x->g));
+        return 0;
+    }
     default: {
         if (!ok(cuCtxCreate_v2(&x->c, 0, 0)))
             return 0;
@@ -205,7 +227,8 @@ static int take(struct held *x, int kind, CUstream s)
         CUfunction f;
         if (ok(cuModuleLoadData(&m, text))) {
             CHECK(cuModuleGetFunction(&f, m, "heavy"));
-            ok(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL));
+            if (ok(cuLaunchKernel(f, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL)))
+                ok(cuCtxSynchronize());
         }
         CUcontext top;
         CHECK(cuCtxPopCurrent_v2(&top)); /* made, it was pushed: the primary is current again */
@@ -227,6 +250,12 @@ static void give(struct held *x, CUstream s)
         break;
     case F_MODULE:
         CHECK(cuModuleUnload(x->m));
+        break;
+    case F_GRAPH: /* its allocation lives on until freed */
+        CHECK(cuMemFreeAsync(x->p, s));
+        CHECK(cuStreamSynchronize(s));
+        CHECK(cuGraphExecDestroy(x->x));
+        CHECK(cuGraphDestroy(x->g));
         break;
     case F_CONTEXT:
         CHECK(cuCtxDestroy_v2(x->c));
@@ -260,6 +289,7 @@ static void faults(uint64_t seed, int steps)
         give(&live[--n], s);
     CHECK(cuStreamSynchronize(s));
     CHECK(cuStreamDestroy_v2(s));
+    CHECK(cuDeviceGraphMemTrim(0)); /* graphs' memory the driver keeps for their next launches */
     size_t left = used_now() - base;
     printf("calls %u, out of memory %u, other errors %u (first %s); left in use %zu bytes; in use %llu MiB\n", calls,
            oom, other, other ? result_name(first_other) : "none", left, (unsigned long long)(used_now() / MiB));
