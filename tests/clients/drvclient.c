@@ -11,13 +11,16 @@
  *     drvclient devruntime        load a module calling device malloc (which
  *                                 the driver reserves for), then 10 MiB
  *                                 blocks until refused
- *     drvclient faults SEED STEPS STEPS random allocations and releases of
- *                                 every kind, any of which may fail (the
+ *     drvclient faults SEED STEPS [THREADS]
+ *                                 STEPS random allocations and releases of
+ *                                 every kind in each of THREADS threads
+ *                                 (default 1), any of which may fail (the
  *                                 simulated GPU's FLEXGV_SIM_FAIL); then all
  *                                 released: prints the calls that failed and
  *                                 what is left in use over the start */
 #include "common.h"
 
+#include <pthread.h>
 #include <stdint.h>
 #include <unistd.h>
 
@@ -119,9 +122,10 @@ static void local(int argc, char **argv)
 }
 
 /* One thing faults() holds, of a kind: memory from cuMemAlloc, pitched,
- * managed, stream-ordered or mapped, a module with a global, a graph that
- * allocates (launched once), a context with a launch's local memory. */
-enum { F_ALLOC, F_PITCH, F_MANAGED, F_ASYNC, F_MAPPED, F_MODULE, F_GRAPH, F_CONTEXT, F_KINDS };
+ * managed, stream-ordered or mapped, a module or library with a global, a
+ * CUDA array, a graph that allocates (launched once), a context with a
+ * launch's local memory. */
+enum { F_ALLOC, F_PITCH, F_MANAGED, F_ASYNC, F_MAPPED, F_MODULE, F_LIBRARY, F_ARRAY, F_GRAPH, F_CONTEXT, F_KINDS };
 struct held {
     int kind;
     CUdeviceptr p;
@@ -131,6 +135,8 @@ struct held {
     CUcontext c;
     CUgraph g;
     CUgraphExec x;
+    CUlibrary l;
+    CUarray a;
 };
 
 static unsigned oom, other, calls;
@@ -139,15 +145,15 @@ static CUresult first_other;
 /* Counts a call's result: out of memory is what a fault gives. */
 static int ok(CUresult r)
 {
-    calls++;
+    __atomic_fetch_add(&calls, 1, __ATOMIC_RELAXED);
     if (r == CUDA_ERROR_OUT_OF_MEMORY)
-        oom++;
-    else if (r != CUDA_SUCCESS && !other++)
+        __atomic_fetch_add(&oom, 1, __ATOMIC_RELAXED);
+    else if (r != CUDA_SUCCESS && __atomic_fetch_add(&other, 1, __ATOMIC_RELAXED) == 0)
         first_other = r;
     return r == CUDA_SUCCESS;
 }
 
-static uint64_t rng;
+static __thread uint64_t rng;
 static uint64_t next(void)
 {
     rng ^= rng << 13;
@@ -196,6 +202,19 @@ static int take(struct held *x, int kind, CUstream s)
     case F_MODULE:
         make_cubin(image, (1 + next() % 4) * MiB);
         return ok(cuModuleLoadData(&x->m, image));
+    case F_LIBRARY:
+        make_cubin(image, (1 + next() % 4) * MiB);
+        return ok(cuLibraryLoadData(&x->l, image, NULL, NULL, 0, NULL, NULL, 0));
+    case F_ARRAY: {
+        CUDA_ARRAY3D_DESCRIPTOR d;
+        memset(&d, 0, sizeof d);
+        d.Width = 1 + next() % 2048;
+        d.Height = 1 + next() % 1024;
+        d.Depth = next() % 2 ? 0 : 1 + next() % 8;
+        d.Format = CU_AD_FORMAT_FLOAT;
+        d.NumChannels = 1 + (unsigned)(next() % 2) * 3;
+        return ok(cuArray3DCreate_v2(&x->a, &d));
+    }
     case F_GRAPH: {
         CUDA_MEM_ALLOC_NODE_PARAMS ap;
         memset(&ap, 0, sizeof ap);
@@ -251,6 +270,12 @@ static void give(struct held *x, CUstream s)
     case F_MODULE:
         CHECK(cuModuleUnload(x->m));
         break;
+    case F_LIBRARY:
+        CHECK(cuLibraryUnload(x->l));
+        break;
+    case F_ARRAY:
+        CHECK(cuArrayDestroy(x->a));
+        break;
     case F_GRAPH: /* its allocation lives on until freed */
         CHECK(cuMemFreeAsync(x->p, s));
         CHECK(cuStreamSynchronize(s));
@@ -265,16 +290,23 @@ static void give(struct held *x, CUstream s)
     }
 }
 
-static void faults(uint64_t seed, int steps)
+struct faulter {
+    uint64_t seed;
+    int steps;
+    CUcontext ctx;
+};
+
+/* One thread's share: its own stream and things, all released at its end. */
+static void *fault_thread(void *arg)
 {
+    const struct faulter *f = arg;
+    CHECK(cuCtxSetCurrent(f->ctx));
     CUstream s;
     CHECK(cuStreamCreate(&s, 0));
-    CHECK(cuStreamSynchronize(s));
-    size_t base = used_now();
     struct held live[64];
     int n = 0;
-    rng = seed * 0x9e3779b97f4a7c15ull + 7;
-    for (int i = 0; i < steps; i++) {
+    rng = f->seed * 0x9e3779b97f4a7c15ull + 7;
+    for (int i = 0; i < f->steps; i++) {
         if (n == 64 || (n > 0 && next() % 3 == 0)) {
             int k = (int)(next() % (uint64_t)n);
             give(&live[k], s);
@@ -289,6 +321,23 @@ static void faults(uint64_t seed, int steps)
         give(&live[--n], s);
     CHECK(cuStreamSynchronize(s));
     CHECK(cuStreamDestroy_v2(s));
+    return NULL;
+}
+
+static void faults(uint64_t seed, int steps, int threads, CUcontext ctx)
+{
+    CHECK(cuCtxSynchronize());
+    size_t base = used_now();
+    pthread_t t[16];
+    struct faulter f[16];
+    threads = threads < 1 ? 1 : threads > 16 ? 16 : threads;
+    for (int i = 0; i < threads; i++) {
+        f[i] = (struct faulter){seed + (uint64_t)i * 1000003, steps, ctx};
+        if (pthread_create(&t[i], NULL, fault_thread, &f[i]))
+            exit(1);
+    }
+    for (int i = 0; i < threads; i++)
+        pthread_join(t[i], NULL);
     CHECK(cuDeviceGraphMemTrim(0)); /* graphs' memory the driver keeps for their next launches */
     size_t left = used_now() - base;
     printf("calls %u, out of memory %u, other errors %u (first %s); left in use %zu bytes; in use %llu MiB\n", calls,
@@ -328,14 +377,14 @@ int main(int argc, char **argv)
         limit("printf FIFO", CU_LIMIT_PRINTF_FIFO_SIZE, 64 * MiB);
         blocks(10 * MiB);
     } else if (!strcmp(mode, "faults") && argc > 3) {
-        faults(strtoull(argv[2], NULL, 10), atoi(argv[3]));
+        faults(strtoull(argv[2], NULL, 10), atoi(argv[3]), argc > 4 ? atoi(argv[4]) : 1, ctx);
     } else if (!strcmp(mode, "devruntime")) {
         static const char text[] = "FLEXGV-SIM-MODULE\nkernel allocating 0 devruntime\n";
         CUmodule m;
         CHECK(cuModuleLoadData(&m, text));
         blocks(10 * MiB);
     } else {
-        fprintf(stderr, "usage: drvclient blocks BYTES | global MIB... | local KIB... | limits | devruntime | faults SEED STEPS\n");
+        fprintf(stderr, "usage: drvclient blocks BYTES | global MIB... | local KIB... | limits | devruntime | faults SEED STEPS [THREADS]\n");
         return 2;
     }
     hold();

@@ -151,12 +151,13 @@ func faultsLine(t *testing.T, out string) (line string, oom int, other, left str
 // A driver that runs out of memory at any point of any allocating call
 // (the simulated GPU's FLEXGV_SIM_FAIL: a share of its reservations fail)
 // leaves the tenant's charge as it was: after hundreds of allocations and
-// releases of every kind, many refused part-way, everything released gives
-// back all that was charged, and the charge then is what the driver counts.
+// releases of every kind, many refused part-way, from one thread or four
+// at once, everything released gives back all that was charged, and the
+// charge then is what the driver counts.
 func TestOutOfMemoryMidCallLeavesNoCharge(t *testing.T) {
-	for _, tc := range []struct{ fail, seed string }{{"0", "1"}, {"30", "1"}, {"30", "2"}, {"60", "3"}} {
+	for _, tc := range []struct{ fail, seed, threads string }{{"0", "1", "1"}, {"30", "1", "1"}, {"30", "2", "1"}, {"60", "3", "1"}, {"30", "4", "4"}} {
 		e := quotaEnv(t, "FLEXGV_SIM_FAIL="+tc.fail+":"+tc.seed)
-		p := e.startProc(t, "flexgv", "run", "--mem", "8GiB", "--ctx-mem", "64MiB", "--", bin("drvclient"), "faults", tc.seed, "400")
+		p := e.startProc(t, "flexgv", "run", "--mem", "8GiB", "--ctx-mem", "64MiB", "--", bin("drvclient"), "faults", tc.seed, "400", tc.threads)
 		line, oom, other, left, inUse := faultsLine(t, p.out)
 		if (oom > 0) != (tc.fail != "0") || other != "0" || left != "0" {
 			t.Errorf("FLEXGV_SIM_FAIL=%s:%s: %s\nwant out-of-memory answers only with faults, no other error, nothing left in use", tc.fail, tc.seed, line)
@@ -167,25 +168,30 @@ func TestOutOfMemoryMidCallLeavesNoCharge(t *testing.T) {
 	}
 }
 
-// The same remotely, the faults in the server's driver: the executor's
-// charges hold as a local tenant's, and a context the program makes leaves
-// the executor's own context stack as it was (it was pushed there, one
-// deeper at each cuCtxCreate, until the simulated GPU's stack was full and
-// refused the next with CUDA_ERROR_INVALID_VALUE). What may stay in use is
-// the one emptied 2 MiB page a context keeps for its next small
-// allocations (remote/client/arena.c).
+// The same remotely, over each transport, the faults in the server's
+// driver: the executor's charges hold as a local tenant's, and a context
+// the program makes leaves the executor's own context stack as it was (it
+// was pushed there, one deeper at each cuCtxCreate, until the simulated
+// GPU's stack was full and refused the next with CUDA_ERROR_INVALID_VALUE).
+// What may stay in use is the one emptied 2 MiB page a context keeps for
+// its next small allocations (remote/client/arena.c).
 func TestRemoteOutOfMemoryMidCallLeavesNoCharge(t *testing.T) {
-	for _, tc := range []struct{ fail, seed string }{{"30", "1"}, {"60", "3"}} {
+	for _, tc := range []struct{ transport, fail, seed, steps, threads string }{
+		{"unix", "30", "1", "300", "1"}, {"unix", "60", "3", "300", "1"}, {"unix", "30", "4", "100", "4"},
+		{"shm", "30", "5", "300", "1"}, {"tcp", "30", "5", "300", "1"}} {
 		e := quotaEnv(t, "FLEXGV_SIM_FAIL="+tc.fail+":"+tc.seed)
 		tok := e.token("a")
-		s := e.serve("unix", "--tenant", "a:"+tok, "--mem", "8GiB", "--ctx-mem", "64MiB")
-		r := e.remoteAs(s, tok, "drvclient", "faults", tc.seed, "400")
+		s := e.serve(strings.Replace(tc.transport, "shm", "unix", 1), "--tenant", "a:"+tok, "--mem", "8GiB", "--ctx-mem", "64MiB")
+		if tc.transport == "shm" { // the same server, dialled as shm://
+			s = &server{addr: strings.Replace(s.addr, "unix://", "shm://", 1)}
+		}
+		r := e.remoteAs(s, tok, "drvclient", "faults", tc.seed, tc.steps, tc.threads)
 		if r.code != 0 {
-			t.Fatalf("FLEXGV_SIM_FAIL=%s:%s: exit %d\n%s%s", tc.fail, tc.seed, r.code, r.stdout, r.stderr)
+			t.Fatalf("%s, FLEXGV_SIM_FAIL=%s:%s: exit %d\n%s%s", tc.transport, tc.fail, tc.seed, r.code, r.stdout, r.stderr)
 		}
 		line, oom, other, left, _ := faultsLine(t, r.stdout)
 		if oom == 0 || other != "0" || (left != "0" && left != "2097152") {
-			t.Errorf("FLEXGV_SIM_FAIL=%s:%s: %s\nwant out-of-memory answers, no other error, at most a page left in use", tc.fail, tc.seed, line)
+			t.Errorf("%s, FLEXGV_SIM_FAIL=%s:%s: %s\nwant out-of-memory answers, no other error, at most a page left in use", tc.transport, tc.fail, tc.seed, line)
 		}
 	}
 }
