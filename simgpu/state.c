@@ -606,8 +606,6 @@ int sim_mps_join(void)
     return -1;
 }
 
-/* Once per process, whichever threads call it: attached is set only once
- * this process has its slot, so no charge can miss it. */
 /* FLEXGV_SIM_FAIL=PERCENT[:SEED]: that share of this process's device
  * memory reservations fail as if the device were full, drawn from SEED
  * (default 1), for tests of what a driver's out-of-memory leaves behind at
@@ -622,9 +620,10 @@ static void fail_setup(void)
         return;
     char *end;
     unsigned long pct = strtoul(e, &end, 10), seed = 1;
+    int bad = end == e;
     if (*end == ':')
         seed = strtoul(end + 1, &end, 10);
-    if (*end || pct > 100 || end == e) {
+    if (bad || *end || pct > 100) {
         fprintf(stderr, "flexgv-sim: FLEXGV_SIM_FAIL=%s: want PERCENT[:SEED], PERCENT from 0 to 100\n", e);
         return;
     }
@@ -646,6 +645,8 @@ static int fail_now(void)
     return y % 100 < fail_pct;
 }
 
+/* Once per process, whichever threads call it: attached is set only once
+ * this process has its slot, so no charge can miss it. */
 int sim_attach(void)
 {
     static pthread_mutex_t attach_mu = PTHREAD_MUTEX_INITIALIZER;
