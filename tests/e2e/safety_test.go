@@ -113,3 +113,32 @@ func TestShimGlibcFloor(t *testing.T) {
 		}
 	}
 }
+
+// Whatever allocating call the driver refuses for want of memory (the
+// simulated GPU's FLEXGV_SIM_FAIL, at random points), no program of the
+// suite ends by a signal, under the shim or remotely, and no executor
+// does: each refusal is an error the program is given.
+func TestNoProgramCrashesWhenTheDriverRunsOut(t *testing.T) {
+	long(t)
+	progs := [][]string{{"arrays"}, {"blaslike"}, {"captureclient"}, {"copy3d"}, {"cudartclient"}, {"direct"},
+		{"dlsymclient"}, {"families"}, {"graphnodes"}, {"graphnodes", "generic"}, {"graphnodes", "pageable"},
+		{"graphnodes", "conditional"}, {"hostfunc"}, {"linker"}, {"managed"}, {"mapped"}, {"memclient", "paths"},
+		{"memclient", "segments"}, {"memset2d"}, {"rtlike", "2"}, {"streamer"}, {"threads"}, {"exportclient"}, {"optclient"}}
+	for _, seed := range []string{"1", "2"} {
+		e := quotaEnv(t, "FLEXGV_SIM_FAIL=30:"+seed, "FLEXGV_SIM_DEVICES=2")
+		s := e.serve("unix")
+		for _, p := range progs {
+			for where, r := range map[string]result{
+				"under the shim": e.run("flexgv", append([]string{"run", "--mem", "4GiB", "--", bin(p[0])}, p[1:]...)...),
+				"remotely":       e.remote(s, p[0], p[1:]...),
+			} {
+				if r.code > 128 {
+					t.Errorf("seed %s: %v %s ended by signal %d\n%s", seed, p, where, r.code-128, r.stderr)
+				}
+			}
+		}
+		if log := s.Log(); strings.Contains(log, "ended (signal") {
+			t.Errorf("seed %s: an executor ended by a signal:\n%s", seed, log)
+		}
+	}
+}
