@@ -70,6 +70,7 @@ struct kept {
     uint8_t waits;    /* a round trip: it has an answer */
     uint8_t answered; /* ... which the program had */
     uint32_t alen, split; /* its length; the head's, when read in two */
+    CUresult result;      /* its first word */
     uint64_t hash;
     uint8_t answer[KEPT_ANSWER];
 };
@@ -287,6 +288,7 @@ void fgr_failover_answered(const uint8_t *a, uint32_t n, const void *direct, uin
     k->answered = 1;
     k->alen = (uint32_t)(n + dn);
     k->split = dn ? n : 0;
+    k->result = n >= 4 ? (CUresult)fgr_word(a, 4) : CUDA_SUCCESS;
     k->hash = hash_more(hash_more(HASH0, a, n), direct, dn);
     if (!dn && n <= KEPT_ANSWER)
         memcpy(k->answer, a, n);
@@ -308,13 +310,27 @@ void fgr_failover_answered(const uint8_t *a, uint32_t n, const void *direct, uin
 }
 
 /* Answers the program used that a replay need not reproduce: timing,
- * what the device is doing, what another server's driver counts. */
+ * what the device is doing, what another server's driver counts. Their
+ * results must still agree (a query's, but for whether the work was done):
+ * a failure there is no count of the driver's. */
 static int varies(int op)
 {
     const char *n = fgr_op_names[op];
-    return !n || strstr(n, "Query") || strstr(n, "ElapsedTime") || strstr(n, "GetInfo") || !strncmp(n, "cuDevice", 8) ||
-           strstr(n, "GetId") || !strncmp(n, "cuPointerGetAttribute", 21) || !strcmp(n, "cuMemPoolGetAttribute") ||
-           !strcmp(n, "fgrHostSums");
+    return !n || strstr(n, "Query") || strstr(n, "ElapsedTime") || strstr(n, "GetInfo") ||
+           !strncmp(n, "cuDeviceGet", 11) || !strncmp(n, "cuDeviceTotalMem", 16) ||
+           !strcmp(n, "cuDeviceComputeCapability") || !strcmp(n, "cuDeviceCanAccessPeer") ||
+           !strcmp(n, "cuDevicePrimaryCtxGetState") || strstr(n, "GetId") || !strncmp(n, "cuPointerGetAttribute", 21) ||
+           !strcmp(n, "cuMemPoolGetAttribute") || !strcmp(n, "fgrHostSums");
+}
+
+/* Whether a varying answer's result (its first word) is the program's. */
+static int same_result(const struct kept *k, const uint8_t *a, uint32_t n)
+{
+    if (n < 4 || k->alen < 4)
+        return n < 4 && k->alen < 4;
+    CUresult was = k->result, now = (CUresult)fgr_word(a, 4);
+    return was == now || ((was == CUDA_SUCCESS || was == CUDA_ERROR_NOT_READY) &&
+                          (now == CUDA_SUCCESS || now == CUDA_ERROR_NOT_READY) && strstr(fgr_op_names[k->op], "Query"));
 }
 
 
@@ -611,7 +627,8 @@ CUresult fgr_failover_replay(int (*write)(const void *, size_t), const uint8_t *
             continue;
         }
         uint32_t h = k->split < n ? k->split : n;
-        if (varies(k->op) || (n == k->alen && hash_more(hash_more(HASH0, a, h), a + h, n - h) == k->hash))
+        if ((varies(k->op) && same_result(k, a, n)) ||
+            (n == k->alen && hash_more(hash_more(HASH0, a, h), a + h, n - h) == k->hash))
             continue;
         uint64_t was, now, size;
         if (placed_elsewhere(k, a, n, &was, &now, &size)) {
@@ -633,10 +650,14 @@ CUresult fgr_failover_replay(int (*write)(const void *, size_t), const uint8_t *
             if (ok && n == 4 && !fgr_word(ok, 4))
                 continue;
         }
-        const char *name = fgr_op_names[k->op] ? fgr_op_names[k->op] : "a call";
+        const char *name = fgr_op_names[k->op] ? fgr_op_names[k->op] : "a call", *got = NULL;
+        CUresult here = n >= 4 ? (CUresult)fgr_word(a, 4) : CUDA_SUCCESS;
+        if (here != CUDA_SUCCESS && (cuGetErrorName(here, &got) != CUDA_SUCCESS || !got))
+            got = "an unknown error";
         fgr_say("cannot go on exactly at %s: made again, %s (call %llu of %llu since the checkpoint) answered otherwise "
-                "than the program was answered; CUDA calls now fail with CUDA_ERROR_DEVICE_UNAVAILABLE",
-                to, name, (unsigned long long)i + 1, (unsigned long long)nkept);
+                "than the program was answered%s%s%s; CUDA calls now fail with CUDA_ERROR_DEVICE_UNAVAILABLE",
+                to, name, (unsigned long long)i + 1, (unsigned long long)nkept, got ? " (there " : "", got ? got : "",
+                got ? ")" : "");
         r = CUDA_ERROR_DEVICE_UNAVAILABLE;
     }
     drop_kept();
