@@ -3,6 +3,7 @@ package e2e
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -562,4 +563,42 @@ func TestRemoteStateAliasHostile(t *testing.T) {
 	}
 	x.call("cuMemFree_v2", ctx, w{}.u64(mem))
 	x.call("cuMemFree_v2", ctx, w{}.u64(other))
+}
+
+// A move to a server whose driver runs out of memory at random points (the
+// simulated GPU's FLEXGV_SIM_FAIL, in its executors only) while it makes
+// the program's state again: the move happens, or is refused with the call
+// that failed there and the program stays where it was; either way it
+// prints what a run that never moved prints.
+func TestRemoteMigrateTargetRunsOut(t *testing.T) {
+	long(t)
+	e := newEnv(t)
+	local := runsLocally(t, e, []string{"mover", "6"}, "done")
+	moved, stayed := 0, 0
+	for seed := 1; seed <= 4; seed++ {
+		a := e.serveNamed(fmt.Sprintf("a%d", seed), "unix")
+		saved := e.extra
+		e.extra = append(append([]string{}, e.extra...), fmt.Sprintf("FLEXGV_SIM_FAIL=25:%d", seed))
+		b := e.serveNamed(fmt.Sprintf("b%d", seed), "unix")
+		e.extra = saved
+		m, p := moverRun(t, e, a, b)
+		switch {
+		case m.code == 0 && strings.Contains(m.stdout, "moved to "+b.addr):
+			moved++
+		case m.code == 1 && strings.Contains(m.stdout, "stayed on "+a.addr+": making the program's state again here failed: ") &&
+			strings.Contains(m.stdout, " answered CUDA_ERROR_OUT_OF_MEMORY"):
+			stayed++
+		default:
+			t.Errorf("seed %d: flexgv migrate: exit %d\n%s%s", seed, m.code, m.stdout, m.stderr)
+		}
+		if p.code != 0 || p.stdout != local.stdout {
+			t.Errorf("seed %d: the program: exit %d\n%s\nwant\n%s\n%s", seed, p.code, p.stdout, local.stdout, p.stderr)
+		}
+		if strings.Contains(a.Log()+b.Log(), "ended (signal") {
+			t.Errorf("seed %d: an executor ended by a signal:\n%s\n%s", seed, a.Log(), b.Log())
+		}
+	}
+	if moved == 0 || stayed == 0 {
+		t.Errorf("moved %d times, stayed %d times: want both among these seeds", moved, stayed)
+	}
 }
