@@ -442,10 +442,7 @@ func TestRemoteFailoverServerRunsOut(t *testing.T) {
 	for seed := 1; seed <= 4; seed++ {
 		for _, every := range []string{"1h", "1ms"} {
 			a := e.serveNamed(fmt.Sprintf("a%d%s", seed, every), "unix")
-			saved := e.extra
-			e.extra = append(append([]string{}, e.extra...), fmt.Sprintf("FLEXGV_SIM_FAIL=25:%d", seed))
-			b := e.serveNamed(fmt.Sprintf("b%d%s", seed, every), "unix")
-			e.extra = saved
+			b := e.serveRunningOut(fmt.Sprintf("b%d%s", seed, every), seed)
 			p := failoverRun(t, e, a, b.addr, "--checkpoint-every", every)
 			// With one checkpoint, at the first call, which calls fail there
 			// depends on the seed alone: the counts below.

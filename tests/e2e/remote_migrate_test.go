@@ -577,10 +577,7 @@ func TestRemoteMigrateTargetRunsOut(t *testing.T) {
 	moved, stayed := 0, 0
 	for seed := 1; seed <= 4; seed++ {
 		a := e.serveNamed(fmt.Sprintf("a%d", seed), "unix")
-		saved := e.extra
-		e.extra = append(append([]string{}, e.extra...), fmt.Sprintf("FLEXGV_SIM_FAIL=25:%d", seed))
-		b := e.serveNamed(fmt.Sprintf("b%d", seed), "unix")
-		e.extra = saved
+		b := e.serveRunningOut(fmt.Sprintf("b%d", seed), seed)
 		m, p := moverRun(t, e, a, b)
 		switch {
 		case m.code == 0 && strings.Contains(m.stdout, "moved to "+b.addr):

@@ -60,6 +60,17 @@ func (e *env) serve(transport string, extra ...string) *server {
 	return e.serveNamed("gpu", transport, extra...)
 }
 
+// serveRunningOut is serveNamed over unix, the simulated GPU of its
+// executors failing a quarter of their device memory reservations as if
+// the device were full (FLEXGV_SIM_FAIL, drawn from seed).
+func (e *env) serveRunningOut(name string, seed int) *server {
+	e.t.Helper()
+	saved := e.extra
+	e.extra = append(append([]string{}, e.extra...), fmt.Sprintf("FLEXGV_SIM_FAIL=25:%d", seed))
+	defer func() { e.extra = saved }()
+	return e.serveNamed(name, "unix")
+}
+
 // serveNamed is serve on the socket NAME.sock (a second server beside the
 // first).
 func (e *env) serveNamed(name, transport string, extra ...string) *server {
