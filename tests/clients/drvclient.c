@@ -339,6 +339,17 @@ static void faults(uint64_t seed, int steps, int threads, CUcontext ctx)
     for (int i = 0; i < threads; i++)
         pthread_join(t[i], NULL);
     CHECK(cuDeviceGraphMemTrim(0)); /* graphs' memory the driver keeps for their next launches */
+    /* Under a quota the tenant's usage includes what the driver's own count
+     * last showed beyond the charges, read at allocations; one read while
+     * another thread was mid-call may show memory not yet charged. An
+     * allocation after the reads' interval reads it again. */
+    usleep(200 * 1000);
+    CUdeviceptr one;
+    CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
+    for (int i = 0; i < 100 && r == CUDA_ERROR_OUT_OF_MEMORY; i++) /* faults may refuse it too */
+        r = cuMemAlloc_v2(&one, 1);
+    CHECK(r);
+    CHECK(cuMemFree_v2(one));
     size_t left = used_now() - base;
     printf("calls %u, out of memory %u, other errors %u (first %s); left in use %zu bytes; in use %llu MiB\n", calls,
            oom, other, other ? result_name(first_other) : "none", left, (unsigned long long)(used_now() / MiB));
