@@ -143,10 +143,11 @@ func (e *env) start(t *testing.T, name string, args ...string) func() {
 }
 
 type proc struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-	lines *bufio.Scanner
-	out   string
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	lines  *bufio.Scanner
+	out    string
+	stderr *lockedBuffer
 }
 
 func (e *env) startProc(t *testing.T, name string, args ...string) *proc {
@@ -164,11 +165,13 @@ func (e *env) spawn(t *testing.T, name string, args ...string) *proc {
 	cmd.Env = e.environ(filepath.Join(build, "sim"))
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
+	errb := &lockedBuffer{}
+	cmd.Stderr = errb
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { stdin.Close(); cmd.Process.Kill(); cmd.Wait() })
-	return &proc{cmd: cmd, stdin: stdin, lines: bufio.NewScanner(stdout)}
+	return &proc{cmd: cmd, stdin: stdin, lines: bufio.NewScanner(stdout), stderr: errb}
 }
 
 // waitFor reads the program's output up to the line marker.
@@ -180,7 +183,7 @@ func (p *proc) waitFor(t *testing.T, marker string) {
 			return
 		}
 	}
-	t.Fatalf("%v never printed %q:\n%s", p.cmd.Args, marker, p.out)
+	t.Fatalf("%v never printed %q:\n%s%s", p.cmd.Args, marker, p.out, p.stderr.String())
 }
 
 func (e *env) ps(t *testing.T) []tenant.Info {
