@@ -329,8 +329,9 @@ static int same_result(const struct kept *k, const uint8_t *a, uint32_t n)
     if (n < 4 || k->alen < 4)
         return n < 4 && k->alen < 4;
     CUresult was = k->result, now = (CUresult)fgr_word(a, 4);
+    const char *name = fgr_op_names[k->op]; /* NULL for an operation of no name: varies() takes those */
     return was == now || ((was == CUDA_SUCCESS || was == CUDA_ERROR_NOT_READY) &&
-                          (now == CUDA_SUCCESS || now == CUDA_ERROR_NOT_READY) && strstr(fgr_op_names[k->op], "Query"));
+                          (now == CUDA_SUCCESS || now == CUDA_ERROR_NOT_READY) && name && strstr(name, "Query"));
 }
 
 
