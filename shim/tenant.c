@@ -64,6 +64,8 @@ static int lock_fd = -1; /* our own unmapped open file description: our slot's l
  * open; -1 when not given or used. */
 static int given_map = -1, given_lock = -1;
 static int mine = -1;
+static uint64_t charge_moves;  /* changes to our slot's charges made so far (the backstop) */
+static uint32_t charges_going; /* and under way now */
 static int broken;
 static int refused_setup;
 static int warned_setup, warned_broken, warned_refusal;
@@ -404,6 +406,7 @@ void fg_tenant_after_fork(void)
     given_map = given_lock = -1;
     mine = -1;
     claim_state = NONE;
+    charges_going = 0; /* a thread of the parent's, mid-charge, is not ours */
 }
 
 int fg_tenant_has_pid(unsigned pid)
@@ -517,10 +520,25 @@ static uint64_t sum_used(int e)
  * first launch: fg_backstop_soon), and again when an allocation is about to
  * be refused (it may have gone down). What it shows beyond our charges is
  * kept in our slot, so the tenant's usage is the larger of the two and
- * every process of the tenant sees it. */
+ * every process of the tenant sees it.
+ *
+ * The driver's figure and ours are taken at different moments, and other
+ * threads allocate and free between them. Charges precede the driver's
+ * allocation and refunds follow its release, so our charges never lag
+ * what the driver holds for them: the figure is compared with charges
+ * that stood still throughout its reading (none under way at either end,
+ * none made between). Where they kept moving, the lower of the last kept
+ * value and this reading is kept: never more than the driver holds. */
 #define BACKSTOP_NS 100000000ull
+#define BACKSTOP_TRIES 3
 static uint64_t backstop_read[FG_NDEV]; /* CLOCK_MONOTONIC ns of the last read per entry */
 static uint32_t backstop_gen, backstop_seen[FG_NDEV];
+
+static int charges_still(uint64_t moves)
+{
+    return !__atomic_load_n(&charges_going, __ATOMIC_SEQ_CST) &&
+           __atomic_load_n(&charge_moves, __ATOMIC_SEQ_CST) == moves;
+}
 
 void fg_backstop_soon(void) { __atomic_add_fetch(&backstop_gen, 1, __ATOMIC_RELEASE); }
 
@@ -534,21 +552,47 @@ static void backstop(int dev, int e, int force)
     int due = force || now - last >= BACKSTOP_NS || __atomic_load_n(&backstop_seen[e], __ATOMIC_RELAXED) != gen;
     if (!due || !__atomic_compare_exchange_n(&backstop_read[e], &last, now, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
         return; /* read lately, or another thread reads it now */
-    __atomic_store_n(&backstop_seen[e], gen, __ATOMIC_RELAXED);
-    long long m = fg_nvml_self_used(dev);
-    if (m < 0 || mine < 0)
+    if (mine < 0)
         return;
-    uint64_t used = __atomic_load_n(&slots[mine].used[e], __ATOMIC_SEQ_CST);
-    __atomic_store_n(&slots[mine].unmodelled[e], (uint64_t)m > used ? (uint64_t)m - used : 0, __ATOMIC_SEQ_CST);
+    for (int i = 0; i < BACKSTOP_TRIES; i++) {
+        uint64_t moves = __atomic_load_n(&charge_moves, __ATOMIC_SEQ_CST);
+        int still = charges_still(moves);
+        long long m = fg_nvml_self_used(dev);
+        if (m < 0)
+            return;
+        uint64_t used = __atomic_load_n(&slots[mine].used[e], __ATOMIC_SEQ_CST);
+        uint64_t over = (uint64_t)m > used ? (uint64_t)m - used : 0;
+        if (still && charges_still(moves)) {
+            __atomic_store_n(&slots[mine].unmodelled[e], over, __ATOMIC_SEQ_CST);
+            __atomic_store_n(&backstop_seen[e], gen, __ATOMIC_RELAXED);
+            return;
+        }
+        uint64_t kept = __atomic_load_n(&slots[mine].unmodelled[e], __ATOMIC_SEQ_CST);
+        if (over < kept)
+            __atomic_store_n(&slots[mine].unmodelled[e], over, __ATOMIC_SEQ_CST);
+    }
+}
+
+/* Brackets a change of our charges for the backstop's readers. */
+static void moving(void) { __atomic_add_fetch(&charges_going, 1, __ATOMIC_SEQ_CST); }
+
+static void moved(void)
+{
+    __atomic_add_fetch(&charge_moves, 1, __ATOMIC_SEQ_CST);
+    __atomic_sub_fetch(&charges_going, 1, __ATOMIC_SEQ_CST);
 }
 
 static int add_mine(int e, uint64_t bytes)
 {
     uint64_t *p = &slots[mine].used[e], cur = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+    moving();
     do {
-        if (cur > UINT64_MAX - bytes)
+        if (cur > UINT64_MAX - bytes) {
+            moved();
             return 0;
+        }
     } while (!__atomic_compare_exchange_n(p, &cur, cur + bytes, 1, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+    moved();
     return 1;
 }
 
@@ -556,9 +600,11 @@ static int add_mine(int e, uint64_t bytes)
 static void sub_mine(int e, uint64_t bytes)
 {
     uint64_t *p = &slots[mine].used[e], cur = __atomic_load_n(p, __ATOMIC_SEQ_CST);
+    moving();
     while (!__atomic_compare_exchange_n(p, &cur, cur > bytes ? cur - bytes : 0, 1, __ATOMIC_SEQ_CST,
                                         __ATOMIC_SEQ_CST))
         ;
+    moved();
 }
 
 static int charge_entry(int e, uint64_t bytes)

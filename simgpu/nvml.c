@@ -323,6 +323,25 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t 
     return no_processes(device, infoCount);
 }
 
+/* A busy driver answers late: what the list says was true when it was
+ * taken, not when the caller gets it (FLEXGV_SIM_NVML_LAG_US). */
+static void lag(void)
+{
+    static long us = -1;
+    if (__atomic_load_n(&us, __ATOMIC_RELAXED) < 0) {
+        const char *e = getenv("FLEXGV_SIM_NVML_LAG_US");
+        char *end = NULL;
+        long v = e && *e ? strtol(e, &end, 10) : 0;
+        if (end && (end == e || *end || v < 0 || v > 10000000)) {
+            fprintf(stderr, "flexgv-sim: FLEXGV_SIM_NVML_LAG_US=%s: want microseconds from 0 to 10000000\n", e);
+            v = 0;
+        }
+        __atomic_store_n(&us, v, __ATOMIC_RELAXED);
+    }
+    if (us > 0)
+        nanosleep(&(struct timespec){us / 1000000, (long)(us % 1000000) * 1000}, NULL);
+}
+
 /* Processes holding memory on the device (a context counts). */
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *infoCount,
                                                                 nvmlProcessInfo_t *infos)
@@ -344,5 +363,6 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t dev
     }
     nvmlReturn_t r = n > *infoCount ? NVML_ERROR_INSUFFICIENT_SIZE : NVML_SUCCESS;
     *infoCount = n;
+    lag();
     return r;
 }

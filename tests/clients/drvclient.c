@@ -17,7 +17,11 @@
  *                                 (default 1), any of which may fail (the
  *                                 simulated GPU's FLEXGV_SIM_FAIL); then all
  *                                 released: prints the calls that failed and
- *                                 what is left in use over the start */
+ *                                 what is left in use over the start
+ *     drvclient racer ROUNDS     a thread frees while the driver's count
+ *                                 is read; prints in how many rounds the
+ *                                 usage shown afterwards was larger than a
+ *                                 quiet read shows */
 #include "common.h"
 
 #include <pthread.h>
@@ -340,9 +344,10 @@ static void faults(uint64_t seed, int steps, int threads, CUcontext ctx)
         pthread_join(t[i], NULL);
     CHECK(cuDeviceGraphMemTrim(0)); /* graphs' memory the driver keeps for their next launches */
     /* Under a quota the tenant's usage includes what the driver's own count
-     * last showed beyond the charges, read at allocations; one read while
-     * another thread was mid-call may show memory not yet charged. An
-     * allocation after the reads' interval reads it again. */
+     * last showed beyond the charges, read at allocations; a read while
+     * other threads were mid-call keeps the lower figure, which may be
+     * less than the quiet process shows. An allocation after the reads'
+     * interval reads it again. */
     usleep(200 * 1000);
     CUdeviceptr one;
     CUresult r = CUDA_ERROR_OUT_OF_MEMORY;
@@ -353,6 +358,88 @@ static void faults(uint64_t seed, int steps, int threads, CUcontext ctx)
     size_t left = used_now() - base;
     printf("calls %u, out of memory %u, other errors %u (first %s); left in use %zu bytes; in use %llu MiB\n", calls,
            oom, other, other ? result_name(first_other) : "none", left, (unsigned long long)(used_now() / MiB));
+}
+
+/* ---- racer: the driver's count read while another thread frees ---- */
+
+enum { IDLE, TAKE, TAKEN, GIVE, GIVEN, QUIT };
+struct holder {
+    CUcontext ctx;
+    int state;
+};
+
+/* Takes a 32 MiB block when told, and gives it back 1 ms after being told. */
+static void *take_give(void *arg)
+{
+    struct holder *h = arg;
+    CHECK(cuCtxSetCurrent(h->ctx));
+    CUdeviceptr p = 0;
+    for (;;) {
+        int s = __atomic_load_n(&h->state, __ATOMIC_ACQUIRE);
+        if (s == QUIT)
+            return NULL;
+        if (s == TAKE) {
+            CHECK(cuMemAlloc_v2(&p, 32 * MiB));
+            __atomic_store_n(&h->state, TAKEN, __ATOMIC_RELEASE);
+        } else if (s == GIVE) {
+            usleep(1000);
+            CHECK(cuMemFree_v2(p));
+            __atomic_store_n(&h->state, GIVEN, __ATOMIC_RELEASE);
+        } else {
+            usleep(100);
+        }
+    }
+}
+
+static void await(struct holder *h, int state)
+{
+    while (__atomic_load_n(&h->state, __ATOMIC_ACQUIRE) != state)
+        usleep(100);
+}
+
+/* A 1-byte allocation after the reads' 100 ms interval: the shim reads the
+ * driver's count on it. */
+static void read_count(void)
+{
+    usleep(120 * 1000);
+    CUdeviceptr one;
+    CHECK(cuMemAlloc_v2(&one, 1));
+    CHECK(cuMemFree_v2(one));
+}
+
+/* Each round the shim reads the driver's count while another thread holds
+ * a block, which that thread frees before the read is done (the simulated
+ * GPU's NVML answering late: FLEXGV_SIM_NVML_LAG_US). What is then shown in
+ * use is compared with what a read of the quiet process shows: a count
+ * taken mid-call must not make the process look larger than it is. */
+static void racer(int rounds, CUcontext ctx)
+{
+    struct holder h = {ctx, IDLE};
+    pthread_t t;
+    if (pthread_create(&t, NULL, take_give, &h))
+        exit(1);
+    int over = 0;
+    size_t most = 0;
+    for (int r = 0; r < rounds; r++) {
+        __atomic_store_n(&h.state, TAKE, __ATOMIC_RELEASE);
+        await(&h, TAKEN);
+        usleep(120 * 1000);
+        __atomic_store_n(&h.state, GIVE, __ATOMIC_RELEASE);
+        CUdeviceptr one;
+        CHECK(cuMemAlloc_v2(&one, 1)); /* the read, while the block is given back */
+        CHECK(cuMemFree_v2(one));
+        await(&h, GIVEN);
+        size_t busy = used_now();
+        read_count();
+        size_t quiet = used_now();
+        if (busy > quiet) {
+            over++;
+            most = busy - quiet > most ? busy - quiet : most;
+        }
+    }
+    __atomic_store_n(&h.state, QUIT, __ATOMIC_RELEASE);
+    pthread_join(t, NULL);
+    printf("rounds %d, shown larger than quiet %d (by up to %zu MiB)\n", rounds, over, most / (size_t)MiB);
 }
 
 static void limit(const char *what, CUlimit l, size_t v)
@@ -389,13 +476,15 @@ int main(int argc, char **argv)
         blocks(10 * MiB);
     } else if (!strcmp(mode, "faults") && argc > 3) {
         faults(strtoull(argv[2], NULL, 10), atoi(argv[3]), argc > 4 ? atoi(argv[4]) : 1, ctx);
+    } else if (!strcmp(mode, "racer") && argc > 2) {
+        racer(atoi(argv[2]), ctx);
     } else if (!strcmp(mode, "devruntime")) {
         static const char text[] = "FLEXGV-SIM-MODULE\nkernel allocating 0 devruntime\n";
         CUmodule m;
         CHECK(cuModuleLoadData(&m, text));
         blocks(10 * MiB);
     } else {
-        fprintf(stderr, "usage: drvclient blocks BYTES | global MIB... | local KIB... | limits | devruntime | faults SEED STEPS [THREADS]\n");
+        fprintf(stderr, "usage: drvclient blocks BYTES | global MIB... | local KIB... | limits | devruntime | faults SEED STEPS [THREADS] | racer ROUNDS\n");
         return 2;
     }
     hold();

@@ -168,6 +168,20 @@ func TestOutOfMemoryMidCallLeavesNoCharge(t *testing.T) {
 	}
 }
 
+// The tenant's usage includes what the driver's own count showed beyond
+// the charges when last read. A count taken while another thread held a
+// 32 MiB block, set beside charges read after that thread freed it (NVML
+// answering 5 ms late, as a busy driver may), showed the process 32 MiB
+// larger than it was until its next read, and the tenant's other processes
+// were refused early meanwhile.
+func TestDriverCountReadMidCallNeverOverstates(t *testing.T) {
+	e := quotaEnv(t, "FLEXGV_SIM_NVML_LAG_US=5000")
+	p := e.startProc(t, "flexgv", "run", "--mem", "8GiB", "--ctx-mem", "64MiB", "--", bin("drvclient"), "racer", "8")
+	if !strings.Contains(p.out, "rounds 8, shown larger than quiet 0 ") {
+		t.Errorf("got %q, want no round shown larger than its quiet read", p.out)
+	}
+}
+
 // The same remotely, over each transport, the faults in the server's
 // driver: the executor's charges hold as a local tenant's, and a context
 // the program makes leaves the executor's own context stack as it was (it
