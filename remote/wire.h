@@ -99,6 +99,12 @@ enum { FGR_IMAGE_ABSENT, FGR_IMAGE_INLINE, FGR_IMAGE_KEEP, FGR_IMAGE_BY_HASH };
  * ticket ended; 0: the ticket's answer is the call's), and tells when
  * tickets end through fgrWaitTickets (remote/executor/wait.c). */
 #define FGR_FLAG_MAY_PEND 2u
+/* With FGR_FLAG_MAY_PEND: only wait (pending as above when the device is
+ * busy) for what the call waits for, never make it; answered
+ * CUDA_ERROR_NOT_READY, or a ticket whose answer is the call's. A client
+ * that must send the call itself holding the connection (its calls kept
+ * in order for a failover) first waits so, letting its other threads on. */
+#define FGR_FLAG_WAIT_ONLY 4u
 #define FGR_PENDING 0x50524746u /* "FGRP": not a CUresult */
 /* A frame ahead of an answer, not an answer: u32 FGR_OUTPUT, u8 stream (1:
  * stdout, 2: stderr), then what the driver printed there for the program

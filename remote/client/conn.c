@@ -1394,30 +1394,39 @@ static CUresult wait_ticket(uint32_t id)
     return me.done ? me.result : LOST;
 }
 
-/* The round trip of a call that waits for the device (see the top). */
-static CUresult roundtrip_waiting(struct fgr_call *c)
+/* The round trip of a call that waits for the device (see the top). With
+ * wait_only, the executor only waits for what the call waits for, and the
+ * call is left to be sent (fgr_roundtrip), its frame back in c->w with
+ * conn_lock held: CUDA_SUCCESS, whether it waited or the connection went
+ * meanwhile (the call, sent, finds it lost, and a failover server takes
+ * over), or CUDA_ERROR_OUT_OF_MEMORY when the frame could not be put
+ * back. Otherwise the call's answer, as fgr_roundtrip's. */
+static CUresult roundtrip_waiting(struct fgr_call *c, int wait_only)
 {
-    c->w.p[6] |= FGR_FLAG_MAY_PEND; /* the header's flags */
     size_t flen = c->w.len;
     uint8_t *frame = malloc(flen); /* for a call made again (after=) */
     if (!frame) {
+        if (wait_only)
+            return CUDA_SUCCESS; /* not waited first: the call holds the connection */
         release(c);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     memcpy(frame, c->w.p, flen);
+    frame[6] |= FGR_FLAG_MAY_PEND | (wait_only ? FGR_FLAG_WAIT_ONLY : 0); /* the header's flags */
     conn_w = c->w; /* given back: other threads write while this one reads */
+    struct fgr_call probe = {.w = c->w, .op = c->op}; /* reads no result in place */
+    struct fgr_call *into = wait_only ? &probe : c;
+    CUresult r = CUDA_SUCCESS;
     for (;;) {
         if (write_conn(frame, flen)) {
-            free(frame);
-            CUresult r = lost("sending a call", errno);
-            release(c);
-            return r;
+            r = lost("sending a call", errno);
+            break;
         }
         reading = 1;
         nudged = 0;
         pthread_mutex_unlock(&conn_lock);
         uint32_t n = 0;
-        const char *why = read_answer(c, &n);
+        const char *why = read_answer(into, &n);
         int err = errno;
         pthread_mutex_lock(&conn_lock);
         reading = 0;
@@ -1428,46 +1437,54 @@ static CUresult roundtrip_waiting(struct fgr_call *c)
             conn_fd = -1;
         }
         if (why || conn_broken) {
-            free(frame);
-            CUresult r = why ? lost(why, err) : LOST;
-            release(c);
-            return r;
+            r = why ? lost(why, err) : LOST;
+            break;
         }
         c->r = (struct fgr_rd){conn_r, n, 0};
         c->result = (CUresult)fgr_get_u32(&c->r);
-        if ((uint32_t)c->result != FGR_PENDING) {
-            free(frame);
-            return CUDA_SUCCESS;
-        }
+        if ((uint32_t)c->result != FGR_PENDING)
+            break;
         uint32_t id = fgr_get_u32(&c->r);
         int again = fgr_get_u8(&c->r);
-        if (!fgr_rd_done(&c->r)) {
-            free(frame);
-            CUresult r = lost("a malformed answer", 0);
-            release(c);
-            return r;
+        if (!fgr_rd_done(&c->r) || (again && wait_only)) {
+            r = lost("a malformed answer", 0);
+            break;
         }
-        CUresult r = wait_ticket(id);
+        r = wait_ticket(id);
         if (r == LOST || conn_broken) {
-            free(frame);
-            release(c);
-            return LOST;
+            r = LOST;
+            break;
         }
         if (!again || r != CUDA_SUCCESS) {
-            free(frame);
             c->result = r; /* the wait's answer is the call's */
             c->r = (struct fgr_rd){conn_r, 0, 0};
-            return CUDA_SUCCESS;
+            r = CUDA_SUCCESS;
+            break;
         }
         /* Waited: now the call itself, as a fresh request. */
-        CUresult w = wait_for_reader();
-        if (w != CUDA_SUCCESS) {
-            free(frame);
-            release(c);
-            return w;
-        }
+        if ((r = wait_for_reader()) != CUDA_SUCCESS)
+            break;
         c->direct_done = 0;
     }
+    if (wait_only) {
+        /* The call, as it was, back in the connection's buffer. */
+        frame[6] &= (uint8_t) ~(FGR_FLAG_MAY_PEND | FGR_FLAG_WAIT_ONLY);
+        c->w.len = 0;
+        c->w.oom = 0;
+        c->w.tail = NULL;
+        c->w.tail_len = 0;
+        int ok = fgr_reserve(&c->w, flen) == 0;
+        if (ok) {
+            memcpy(c->w.p, frame, flen);
+            c->w.len = flen;
+        }
+        free(frame);
+        return ok ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    free(frame);
+    if (r != CUDA_SUCCESS)
+        release(c);
+    return r;
 }
 
 CUresult fgr_roundtrip(struct fgr_call *c)
@@ -1479,10 +1496,20 @@ CUresult fgr_roundtrip(struct fgr_call *c)
     }
     fgr_finish_frame(&c->w);
     count_call(c->op, 1);
+    if ((fgr_op_waits[c->op] || c->op == FGR_OP_fgrWaitTickets) && !c->w.tail) {
+        /* With a failover server, a call that waits holds the connection,
+         * so that the calls kept are in the order the server made them;
+         * but first it waits without holding it, for a thread that would
+         * wait for another's later call through the device. */
+        if (!fgr_failover_keeping() || c->op == FGR_OP_fgrWaitTickets)
+            return roundtrip_waiting(c, 0);
+        if (!moving && roundtrip_waiting(c, 1) != CUDA_SUCCESS) {
+            release(c);
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        }
+    }
     if (!moving)
         fgr_failover_keep(c->op, &c->w, 1);
-    if ((fgr_op_waits[c->op] || c->op == FGR_OP_fgrWaitTickets) && !c->w.tail && !fgr_failover_keeping())
-        return roundtrip_waiting(c);
     uint32_t n = 0;
     const char *why = fgr_buf_write(&c->w, write_conn) ? "sending a call" : read_answer(c, &n);
     if (why) {

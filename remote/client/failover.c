@@ -15,9 +15,11 @@
  * sooner once the kept calls reach LOG_MAX bytes. A checkpoint that
  * fails (the failover server down, a state that cannot move) keeps the
  * one before, and the calls since it. With a failover server, a call that
- * waits for the device holds the connection while it waits (not pending
- * as in conn.c), so that the calls kept are in the order the server
- * made them. All but fgr_checkpoint under conn.c's lock.
+ * waits for the device holds the connection while the server makes it (not
+ * pending as in conn.c), so that the calls kept are in the order the server
+ * made them; it first waits without holding it (conn.c, wait-only), so
+ * that a thread it waits for through the device is not kept out. All but
+ * fgr_checkpoint under conn.c's lock.
  *
  * FLEXGV_REMOTE_FAILOVER may name several servers, in order: once the
  * program goes on at one, checkpoints are kept on the next (the first at

@@ -526,8 +526,10 @@ static void serve_frame(uint8_t *body, uint32_t n, int resume)
     uint32_t thread = fgr_get_u32(&rd);
     uint64_t ctx_name = fgr_get_u64(&rd);
     CUcontext ctx = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, ctx_name);
-    if (flags & ~(FGR_FLAG_QUEUED | FGR_FLAG_MAY_PEND))
+    if (flags & ~(FGR_FLAG_QUEUED | FGR_FLAG_MAY_PEND | FGR_FLAG_WAIT_ONLY))
         reject("unknown header flags %#x", flags);
+    if ((flags & FGR_FLAG_WAIT_ONLY) && (flags & (FGR_FLAG_QUEUED | FGR_FLAG_MAY_PEND)) != FGR_FLAG_MAY_PEND)
+        reject("a wait-only request that may not pend (flags %#x)", flags);
     if (op == FGR_OP_HELLO || op >= FGR_NUM_OPS)
         reject("unknown operation %u", op);
     if (op == FGR_OP_fgrNudge && !(flags & FGR_FLAG_QUEUED))
@@ -546,12 +548,13 @@ static void serve_frame(uint8_t *body, uint32_t n, int resume)
     fgr_current_op = op;
     fgr_thread = thread;
     fgr_may_pend = (flags & FGR_FLAG_MAY_PEND) && !(flags & FGR_FLAG_QUEUED) && !answer_now;
+    fgr_wait_only = (flags & FGR_FLAG_WAIT_ONLY) != 0;
     fgr_resume = resume;
     fgr_parked = -1;
     fgr_journal_begin(body, n, op);
     const char *bad = fgr_serve(op, &rd, &reply, r);
     fgr_journal_end(bad ? CUDA_ERROR_INVALID_VALUE : fgr_reply_result(&reply));
-    fgr_may_pend = answer_now = 0;
+    fgr_may_pend = fgr_wait_only = answer_now = 0;
     if (fgr_resume >= 0) /* refused before its wait: the ticket is spent */
         fgr_ticket_release(fgr_resume);
     fgr_resume = -1;

@@ -37,6 +37,7 @@ static struct ticket {
     CUcontext ctx; /* the request's */
     CUevent ev;    /* recorded here for a stream; the call's for FGR_WAIT_EVENT */
     int own_ev;
+    int wait_only; /* the request's FGR_FLAG_WAIT_ONLY */
     uint64_t arg;  /* cuCtxSynchronize_v2's context */
     unsigned op;
     uint32_t thread; /* the client's thread that waits */
@@ -49,6 +50,7 @@ static struct {
 } d;
 
 int fgr_may_pend;
+int fgr_wait_only;
 unsigned fgr_current_op;
 int fgr_resume = -1;
 int fgr_parked = -1;
@@ -147,7 +149,17 @@ static void *helper(void *arg)
     return NULL;
 }
 
+static CUresult wait_for(int kind, uint64_t v, int per_thread);
+
+/* A wait-only request is answered when its wait is (parked meanwhile, as
+ * any), and its call never made. */
 CUresult fgr_wait(int kind, uint64_t v, int per_thread)
+{
+    CUresult r = wait_for(kind, v, per_thread);
+    return fgr_wait_only && r != FGR_WAITING ? CUDA_ERROR_NOT_READY : r;
+}
+
+static CUresult wait_for(int kind, uint64_t v, int per_thread)
 {
     if (fgr_resume >= 0) {
         struct ticket *t = &tickets[fgr_resume];
@@ -174,7 +186,8 @@ CUresult fgr_wait(int kind, uint64_t v, int per_thread)
     if (slot < 0)
         return FGR_GO; /* as many waits as tickets: this one holds the connection */
     struct ticket *t = &tickets[slot];
-    *t = (struct ticket){.state = FREE, .kind = kind, .op = fgr_current_op, .arg = v, .thread = fgr_thread};
+    *t = (struct ticket){
+        .state = FREE, .kind = kind, .wait_only = fgr_wait_only, .op = fgr_current_op, .arg = v, .thread = fgr_thread};
     if (d.getcur(&t->ctx) != CUDA_SUCCESS)
         return FGR_GO;
     if (kind == FGR_WAIT_STREAM || kind == FGR_AFTER_STREAM) {
@@ -250,7 +263,7 @@ uint32_t fgr_ticket_id(int slot) { return tickets[slot].id; }
 
 void fgr_ticket_release(int slot) { release(&tickets[slot]); }
 
-int fgr_ticket_after(int slot) { return tickets[slot].kind == FGR_AFTER_STREAM; }
+int fgr_ticket_after(int slot) { return tickets[slot].kind == FGR_AFTER_STREAM && !tickets[slot].wait_only; }
 
 int fgr_ticket_can_poll(int slot) { return tickets[slot].kind != FGR_WAIT_CONTEXT; }
 

@@ -9,9 +9,13 @@
  *                     for the function, and a graph's host node runs at
  *                     each launch
  *   hostfunc hang     a function that never returns, then "ready", then
- *                     waits to be killed */
+ *                     waits to be killed
+ *   hostfunc handoff  threads that wait for each other through the device:
+ *                     one waits for its stream, whose host function waits
+ *                     for the other thread to get an answer first */
 #include "common.h"
 
+#include <pthread.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -102,6 +106,44 @@ static int async_checks(CUfunction slow, CUstream st)
     return 0;
 }
 
+/* The waiting thread of handoff. */
+struct handoff {
+    CUcontext ctx;
+    CUstream st;
+    struct gate g;
+    volatile int syncing;
+    CUresult answer;
+};
+
+static void *sync_after_gate(void *data)
+{
+    struct handoff *h = data;
+    CHECK(cuCtxSetCurrent(h->ctx));
+    CHECK(cuLaunchHostFunc(h->st, wait_for_caller, &h->g));
+    h->syncing = 1;
+    h->answer = cuStreamSynchronize(h->st);
+    return NULL;
+}
+
+static int handoff(CUstream st)
+{
+    struct handoff h = {.st = st};
+    CHECK(cuCtxGetCurrent(&h.ctx));
+    pthread_t t;
+    if (pthread_create(&t, NULL, sync_after_gate, &h))
+        return 1;
+    while (!h.syncing)
+        usleep(1000);
+    usleep(200000); /* the other thread waits in cuStreamSynchronize */
+    size_t f, total;
+    CHECK(cuMemGetInfo_v2(&f, &total));
+    h.g.flag = 1;
+    pthread_join(t, NULL);
+    printf("a thread's call answered while another waited for it through the device: %s; the wait answered %s\n",
+           h.g.saw ? "yes" : "no", result_name(h.answer));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     CUmodule mod;
@@ -114,6 +156,8 @@ int main(int argc, char **argv)
 
     if (argc > 1 && !strcmp(argv[1], "async"))
         return async_checks(slow, st);
+    if (argc > 1 && !strcmp(argv[1], "handoff"))
+        return handoff(st);
     if (argc > 1 && !strcmp(argv[1], "hang")) {
         CHECK(cuLaunchHostFunc(st, never_return, NULL));
         printf("ready\n");

@@ -469,3 +469,54 @@ func TestRemoteFailoverServerRunsOut(t *testing.T) {
 		t.Errorf("from the first checkpoint, went on %d times, stopped %d times: want both among these seeds", wentOn, stopped)
 	}
 }
+
+// With a failover server, a call that waits holds the connection while the
+// server makes it, so that the calls kept are in the order it made them.
+// Held from the start, a thread whose stream waited for another thread's
+// next answer (its host function waiting for that thread) kept that
+// thread's call out until the host function gave up. Such a call now first
+// waits without holding the connection: the programs print what they print
+// locally, their waits letting the other threads' calls through.
+func TestRemoteFailoverWaitsLetOtherThreadsGoOn(t *testing.T) {
+	e := newEnv(t)
+	handoff := runsLocally(t, e, []string{"hostfunc", "handoff"}, "through the device: yes; the wait answered CUDA_SUCCESS")
+	waiters := runsLocally(t, e, []string{"waiters"}, "the shorter ended first: yes")
+	for _, transport := range []string{"unix", "shm", "tcp"} {
+		a, b := e.serveNamed("a-"+transport, transport), e.serveNamed("b-"+transport, transport)
+		for _, tc := range []struct {
+			argv  []string
+			local result
+		}{{[]string{"hostfunc", "handoff"}, handoff}, {[]string{"waiters"}, waiters}} {
+			if tc.argv[0] == "waiters" && transport != "unix" {
+				continue // 12 s each; the transports differ in how they carry calls, not in how they wait
+			}
+			r := e.runIn("", "flexgv", append([]string{"run", "--remote", a.addr, "--failover", b.addr, "--checkpoint-every", "1h", "--", bin(tc.argv[0])}, tc.argv[1:]...)...)
+			if r.code != 0 || r.stdout != tc.local.stdout {
+				t.Errorf("%v over %s with a failover server: exit %d, printed\n%s\nlocally\n%s\n%s", tc.argv, transport, r.code, r.stdout, tc.local.stdout, r.stderr)
+			}
+		}
+	}
+	// Its server killed while its threads wait (wherever they are then,
+	// waiting without the connection or holding it): the program goes on
+	// at the failover server, its output unchanged.
+	a, b := e.serveNamed("a-killed", "unix"), e.serveNamed("b-killed", "unix")
+	cmd := exec.Command(bin("flexgv"), "run", "--remote", a.addr, "--failover", b.addr, "--", bin("waiters"))
+	cmd.Env = append(e.environ(""), "FLEXGV_REMOTE_LOG=errors")
+	out, errb := &lockedBuffer{}, &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(60 * time.Second); !strings.Contains(errb.String(), "checkpoint 1 on the failover server"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no checkpoint in 60 s:\n%s", errb.String())
+		}
+	}
+	time.Sleep(2 * time.Second) // into its waits, which take 12 s
+	a.cmd.Process.Signal(syscall.SIGKILL)
+	a.cmd.Wait()
+	endsWithin(t, cmd, 60*time.Second, "its server was killed", errb.String)
+	if code := cmd.ProcessState.ExitCode(); code != 0 || out.String() != waiters.stdout || !strings.Contains(errb.String(), "going on at "+b.addr) {
+		t.Errorf("waiters, its server killed: exit %d, printed\n%s\nlocally\n%s\n%s", code, out.String(), waiters.stdout, errb.String())
+	}
+}
