@@ -12,6 +12,24 @@
 
 static int aligned(const void *p, uintptr_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
 
+/* Bytes of an element of each data type; 0 for the packed sub-byte ones. */
+static unsigned elem_bytes(unsigned type)
+{
+    static const unsigned char bytes[16] = {1, 2, 4, 4, 8, 8, 2, 4, 8, 2, 4, 4, 4, 0, 0, 0};
+    return type < 16 ? bytes[type] : 0;
+}
+
+/* Without interleave, a swizzled row of the box (inner elements of the
+ * type) spans no more than the swizzle's 32, 64 or 128 bytes; the 128-byte
+ * atom swizzles (4 and up) are compute capability 10's, refused here as an
+ * H100's driver refuses them. */
+static int swizzle_fits(unsigned type, unsigned interleave, unsigned swizzle, uint64_t inner)
+{
+    if (swizzle >= 4)
+        return 0;
+    return interleave || !swizzle || !elem_bytes(type) || inner * elem_bytes(type) <= 16u << swizzle;
+}
+
 /* The checks both encodings share; interleave (0 none, 1 16 bytes, 2 32
  * bytes) sets the alignment of the address and strides. */
 static CUresult check(CUtensorMap *map, unsigned type, cuuint32_t rank, cuuint32_t min_rank, void *addr,
@@ -65,6 +83,8 @@ SIM_EXPORT CUresult cuTensorMapEncodeTiled(CUtensorMap *tensorMap, CUtensorMapDa
     for (cuuint32_t i = 0; i < tensorRank; i++)
         if (boxDim[i] == 0 || boxDim[i] > 256)
             return CUDA_ERROR_INVALID_VALUE;
+    if (!swizzle_fits(tensorDataType, interleave, swizzle, boxDim[0]))
+        return CUDA_ERROR_INVALID_VALUE;
     encode(tensorMap, 1, globalAddress, tensorRank, globalDim, globalStrides, boxDim, elementStrides,
            (uint64_t)tensorDataType | (uint64_t)interleave << 8 | (uint64_t)swizzle << 16 |
                (uint64_t)l2Promotion << 24 | (uint64_t)oobFill << 32);
@@ -84,7 +104,7 @@ SIM_EXPORT CUresult cuTensorMapEncodeIm2col(CUtensorMap *tensorMap, CUtensorMapD
     if (r)
         return r;
     if (!pixelBoxLowerCorner || !pixelBoxUpperCorner || channelsPerPixel == 0 || channelsPerPixel > 256 ||
-        pixelsPerColumn == 0 || pixelsPerColumn > 1024)
+        pixelsPerColumn == 0 || pixelsPerColumn > 1024 || !swizzle_fits(tensorDataType, interleave, swizzle, channelsPerPixel))
         return CUDA_ERROR_INVALID_VALUE;
     uint64_t corners = 0;
     for (cuuint32_t i = 0; i + 2 < tensorRank; i++)
@@ -98,7 +118,7 @@ SIM_EXPORT CUresult cuTensorMapEncodeIm2col(CUtensorMap *tensorMap, CUtensorMapD
 }
 
 /* Rows loaded along W only (CUDA 12.8): one corner offset each side of W,
- * 32 or 128 columns a row. */
+ * in the W mode (pixelsPerColumn columns a row) or the W128 one. */
 SIM_EXPORT CUresult cuTensorMapEncodeIm2colWide(CUtensorMap *tensorMap, CUtensorMapDataType tensorDataType,
                                                 cuuint32_t tensorRank, void *globalAddress, const cuuint64_t *globalDim,
                                                 const cuuint64_t *globalStrides, int pixelBoxLowerCornerWidth,
@@ -113,6 +133,7 @@ SIM_EXPORT CUresult cuTensorMapEncodeIm2colWide(CUtensorMap *tensorMap, CUtensor
     if (r)
         return r;
     if (mode > CU_TENSOR_MAP_IM2COL_WIDE_MODE_W128 || channelsPerPixel == 0 || channelsPerPixel > 256 ||
+        !swizzle_fits(tensorDataType, interleave, swizzle, channelsPerPixel) ||
         pixelsPerColumn == 0 || pixelsPerColumn > 1024 || pixelBoxLowerCornerWidth < -32768 ||
         pixelBoxLowerCornerWidth > 32767 || pixelBoxUpperCornerWidth < -32768 || pixelBoxUpperCornerWidth > 32767)
         return CUDA_ERROR_INVALID_VALUE;

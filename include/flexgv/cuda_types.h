@@ -281,7 +281,7 @@ typedef enum CUtensorMapFloatOOBfill_enum {
     CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE = 0
 } CUtensorMapFloatOOBfill;
 typedef enum CUtensorMapIm2ColWideMode_enum {
-    CU_TENSOR_MAP_IM2COL_WIDE_MODE_W32 = 0,
+    CU_TENSOR_MAP_IM2COL_WIDE_MODE_W = 0,
     CU_TENSOR_MAP_IM2COL_WIDE_MODE_W128 = 1
 } CUtensorMapIm2ColWideMode;
 

@@ -119,13 +119,22 @@ static void tensor_maps(void)
     printf("wide im2col map: %s, shape %08x; refused: rank 2 %s, mode 2 %s\n", result_name(r),
            sum((unsigned char *)&map.opaque[2], 14 * 8),
            result_name(cuTensorMapEncodeIm2colWide(&map, (CUtensorMapDataType)7, 2, addr, dims, strides, -1, 1, 64, 32,
-                                                   es, (CUtensorMapInterleave)0, CU_TENSOR_MAP_IM2COL_WIDE_MODE_W32,
+                                                   es, (CUtensorMapInterleave)0, CU_TENSOR_MAP_IM2COL_WIDE_MODE_W,
                                                    (CUtensorMapSwizzle)0, (CUtensorMapL2promotion)0,
                                                    (CUtensorMapFloatOOBfill)0)),
            result_name(cuTensorMapEncodeIm2colWide(&map, (CUtensorMapDataType)7, 4, addr, dims, strides, -1, 1, 64, 32,
                                                    es, (CUtensorMapInterleave)0, (CUtensorMapIm2ColWideMode)2,
                                                    (CUtensorMapSwizzle)0, (CUtensorMapL2promotion)0,
                                                    (CUtensorMapFloatOOBfill)0)));
+    /* Rows of 64 half-precision channels (128 bytes) fit the 128-byte
+     * swizzle, not the 32- or 64-byte ones. */
+    printf("wide im2col of 64 halves, swizzles 0-4:");
+    for (int sw = 0; sw < 5; sw++)
+        printf(" %s", result_name(cuTensorMapEncodeIm2colWide(
+                          &map, (CUtensorMapDataType)6, 4, addr, dims, strides, -1, 1, 64, 32, es,
+                          (CUtensorMapInterleave)0, CU_TENSOR_MAP_IM2COL_WIDE_MODE_W, (CUtensorMapSwizzle)sw,
+                          (CUtensorMapL2promotion)0, (CUtensorMapFloatOOBfill)0)));
+    printf("\n");
     CHECK(cuMemFree_v2(d));
 }
 
