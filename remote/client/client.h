@@ -143,6 +143,10 @@ void fgr_mirror_forked(void);
  * ends (0: none with such copies), and what ending it made; a copy node
  * added; the bytes of launches done brought back after a syncpoint. */
 extern int fgr_captures;
+/* No capture begun and not ended in the program: no stream of its is
+ * capturing, and s's answer needs no round trip (frameworks ask before
+ * most allocations). */
+int fgr_none_capturing(CUstream s);
 int fgr_capture_copy(CUresult *r, CUdeviceptr dev, void *host, size_t n, CUstream s, int pt, int d2h);
 uint64_t fgr_capture_ending(CUstream s, int pt);
 void fgr_capture_ended(uint64_t id, CUresult r, CUgraph *ph);

@@ -202,6 +202,18 @@ static CUresult capture_info(CUstream s, CUstreamCaptureStatus *status, cuuint64
 {
     if (!status)
         return CUDA_ERROR_INVALID_VALUE;
+    if (fgr_none_capturing(s)) { /* as the driver answers of a stream not capturing */
+        *status = CU_STREAM_CAPTURE_STATUS_NONE;
+        if (graph)
+            *graph = NULL;
+        if (deps)
+            *deps = NULL;
+        if (edges)
+            *edges = NULL;
+        if (ndeps)
+            *ndeps = 0;
+        return CUDA_SUCCESS;
+    }
     unsigned st = 0;
     unsigned long long got_id = 0;
     CUgraph g = NULL;

@@ -492,6 +492,33 @@ FGR_EXPORT CUresult cuMemHostUnregister(void *p)
 
 /* ---- captures ---- */
 
+int fgr_none_capturing(CUstream s)
+{
+    if (__atomic_load_n(&fgr_captures, __ATOMIC_ACQUIRE) > 0 || !fgr_initialized)
+        return 0;
+    /* The NULL and per-thread streams are the current context's: without
+     * one the driver's answer is an error, asked of it. */
+    return (uintptr_t)s > (uintptr_t)CU_STREAM_PER_THREAD || fgr_current();
+}
+
+static CUresult is_capturing(CUstream s, CUstreamCaptureStatus *status, int pt)
+{
+    if (!status || !fgr_none_capturing(s))
+        return pt ? fgr_fwd_cuStreamIsCapturing_ptsz(s, status) : fgr_fwd_cuStreamIsCapturing(s, status);
+    *status = CU_STREAM_CAPTURE_STATUS_NONE;
+    return CUDA_SUCCESS;
+}
+
+FGR_EXPORT CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
+{
+    return is_capturing(hStream, captureStatus, 0);
+}
+
+FGR_EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus)
+{
+    return is_capturing(hStream, captureStatus, 1);
+}
+
 /* A capture that was invalidated ends with no graph: the driver answers
  * NULL then, which an answer with an error does not carry. */
 static CUresult end_capture(CUresult r, CUgraph *phGraph)

@@ -2162,7 +2162,7 @@ CUresult fgr_fwd_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph)
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
+CUresult fgr_fwd_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
     CUresult fgr_r;
     uint64_t n_captureStatus = captureStatus ? sizeof(CUstreamCaptureStatus) : 0;
@@ -2177,7 +2177,7 @@ FGR_EXPORT CUresult cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus 
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus)
+CUresult fgr_fwd_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus)
 {
     CUresult fgr_r;
     uint64_t n_captureStatus = captureStatus ? sizeof(CUstreamCaptureStatus) : 0;

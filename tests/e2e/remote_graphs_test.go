@@ -358,3 +358,49 @@ func TestRemoteGraphMemoryAddressesReused(t *testing.T) {
 		"unmap CUDA_SUCCESS, free CUDA_SUCCESS, release CUDA_SUCCESS\n")
 	printsAsLocally(t, local, argv, "unix", "shm", "tcp")
 }
+
+// Frameworks ask whether a stream captures before most allocations
+// (PyTorch's allocator: six times per request of batch-1 inference, each a
+// round trip). While no capture is under way in the program the client
+// answers itself, as the driver would; during one the server answers.
+func TestRemoteCaptureQuestionsWithoutACapture(t *testing.T) {
+	prog := `
+import ctypes
+cu = ctypes.CDLL("libcuda.so.1")
+ctx, s, g = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+assert cu.cuInit(0) == 0
+assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+st, graph, n = ctypes.c_int(9), ctypes.c_void_p(5), ctypes.c_size_t(3)
+def ask(what):
+    a = [cu.cuStreamIsCapturing(h, ctypes.byref(st)) for h in (s, None)] + [st.value]
+    b = cu.cuStreamGetCaptureInfo_v2(s, ctypes.byref(st), None, ctypes.byref(graph), None, ctypes.byref(n))
+    print(what, a, b, st.value, graph.value is not None, n.value, flush=True)
+ask("no context")
+assert cu.cuCtxSetCurrent(ctx) == 0
+assert cu.cuStreamCreate(ctypes.byref(s), 1) == 0
+for i in range(100):
+    ask("idle")
+assert cu.cuStreamBeginCapture_v2(s, 2) == 0
+ask("capturing")
+assert cu.cuStreamEndCapture(s, ctypes.byref(g)) == 0
+ask("ended")
+`
+	e := newEnv(t)
+	local := e.run("python3", "-c", prog)
+	if local.code != 0 || !strings.Contains(local.stdout, "capturing [0, 0, 0] 0 1 True 0\n") ||
+		!strings.Contains(local.stdout, "idle [0, 0, 0] 0 0 False 0\n") {
+		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
+	}
+	s := e.serve("unix")
+	e.extra = append(e.extra, "FLEXGV_REMOTE_LOG=calls")
+	r := e.remote(s, "python3", "-c", prog)
+	if r.code != 0 || r.stdout != local.stdout {
+		t.Errorf("remotely: exit %d\n%s\nlocally\n%s\n%s", r.code, r.stdout, local.stdout, r.stderr)
+	}
+	// Asked of the NULL stream without a context (the driver's error), then
+	// during the capture: two and one each time.
+	if got := roundTrips(r); got["cuStreamIsCapturing"] != 4 || got["fgrStreamCaptureInfo"] != 2 {
+		t.Errorf("round trips: cuStreamIsCapturing %d, fgrStreamCaptureInfo %d; want 4 and 2 (the calls made with no context and during the capture)\n%s",
+			got["cuStreamIsCapturing"], got["fgrStreamCaptureInfo"], r.stderr)
+	}
+}
