@@ -92,8 +92,10 @@ same() {
     wanted "$name" || return 0
     t0=$(date +%s.%N)
     # The toolkit's runtime libraries from the path, and the driver.
-    if ! LD_LIBRARY_PATH="$CUDA/lib64" timeout "$LIMIT" "$@" >"$tmp/native.out" 2>&1; then
-        fail "$name natively: exit $?"
+    LD_LIBRARY_PATH="$CUDA/lib64" timeout "$LIMIT" "$@" >"$tmp/native.out" 2>&1
+    rc=$?
+    if [ $rc != 0 ]; then
+        fail "$name natively: exit $rc"
         tail -n 20 "$tmp/native.out"
         return
     fi
