@@ -557,10 +557,12 @@ static void backstop(int dev, int e, int force)
     for (int i = 0; i < BACKSTOP_TRIES; i++) {
         uint64_t moves = __atomic_load_n(&charge_moves, __ATOMIC_SEQ_CST);
         int still = charges_still(moves);
+        uint64_t before = __atomic_load_n(&slots[mine].used[e], __ATOMIC_SEQ_CST);
         long long m = fg_nvml_self_used(dev);
         if (m < 0)
             return;
         uint64_t used = __atomic_load_n(&slots[mine].used[e], __ATOMIC_SEQ_CST);
+        used = used > before ? used : before; /* a release refunded mid-read was held when counted */
         uint64_t over = (uint64_t)m > used ? (uint64_t)m - used : 0;
         if (still && charges_still(moves)) {
             __atomic_store_n(&slots[mine].unmodelled[e], over, __ATOMIC_SEQ_CST);
