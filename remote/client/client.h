@@ -207,7 +207,8 @@ void fgr_get_out(struct fgr_call *c, void *p, uint64_t n, int inout);
 CUresult fgr_end(struct fgr_call *c);
 
 /* Reads a regular file under FGR_MAX_BUF whole, NUL-ended (*n without the
- * NUL): CUDA_ERROR_FILE_NOT_FOUND when it cannot. The caller frees *img. */
+ * NUL): CUDA_ERROR_FILE_NOT_FOUND when it cannot. The caller frees *img,
+ * NULL when it could not. */
 CUresult fgr_read_image(const char *path, char **img, size_t *n);
 
 /* CUDA_ERROR_NOT_SUPPORTED for an entry point (its unsupported index, what

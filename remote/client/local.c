@@ -660,6 +660,7 @@ FGR_EXPORT CUresult cuStreamAddCallback_ptsz(CUstream hStream, CUstreamCallback 
  * images end with theirs); *n leaves the NUL out. */
 CUresult fgr_read_image(const char *path, char **img, size_t *n)
 {
+    *img = NULL;
     FILE *f = fopen(path, "rb");
     struct stat st;
     if (!f)

@@ -247,3 +247,34 @@ func TestRemoteModuleCacheCapHeld(t *testing.T) {
 		}
 	}
 }
+
+// A module, library or link input named by a file the program cannot
+// read is refused as the driver refuses it. The client reads the file
+// itself; one that was not there freed what it never allocated and
+// aborted the program ("double free or corruption": CuPy's
+// test_module_load_failure over shm://).
+func TestRemoteModuleFileNotFound(t *testing.T) {
+	prog := `
+import ctypes, os
+cu = ctypes.CDLL("libcuda.so.1")
+ctx, h = ctypes.c_void_p(), ctypes.c_void_p()
+assert cu.cuInit(0) == 0
+assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+assert cu.cuCtxSetCurrent(ctx) == 0
+for path in (b"/nonexistent/k.cubin", os.path.join(os.getcwd(), "k.cubin").encode()):
+    print("module", cu.cuModuleLoad(ctypes.byref(h), path),
+          "library", cu.cuLibraryLoadFromFile(ctypes.byref(h), path, None, None, 0, None, None, 0), flush=True)
+`
+	e := newEnv(t)
+	local := e.run("python3", "-c", prog)
+	if local.code != 0 || strings.Count(local.stdout, "module 301 library 301\n") != 2 {
+		t.Fatalf("locally: exit %d\n%s%s", local.code, local.stdout, local.stderr)
+	}
+	unix := e.serve("unix")
+	for _, addr := range []string{unix.addr, strings.Replace(unix.addr, "unix://", "shm://", 1)} {
+		r := e.remote(&server{addr: addr}, "python3", "-c", prog)
+		if r.code != 0 || r.stdout != local.stdout {
+			t.Errorf("over %s: exit %d\n%s\nlocally\n%s\n%s", addr, r.code, r.stdout, local.stdout, r.stderr)
+		}
+	}
+}
