@@ -73,6 +73,7 @@ CLIENTS  += managed
 CLIENTS  += arrays
 CLIENTS  += graphnodes
 CLIENTS  += linker
+CLIENTS  += zeroes
 CLIENTS  += mover
 CLIENTS  += streamer
 CLIENTS  += greenctx

@@ -2,7 +2,10 @@ package e2e
 
 import (
 	"debug/elf"
+	"fmt"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -139,6 +142,54 @@ func TestNoProgramCrashesWhenTheDriverRunsOut(t *testing.T) {
 		}
 		if log := s.Log(); strings.Contains(log, "ended (signal") {
 			t.Errorf("seed %s: an executor ended by a signal:\n%s", seed, log)
+		}
+	}
+}
+
+// Every entry point called with all-zero arguments (NULL pointers, handle
+// 0, sizes and flags 0), as a careless or hostile program may, returns:
+// on the simulated GPU, under the shim's quota, share and trace paths, and
+// remotely over each transport (the client's checks, then the executor's).
+// The names are the remoting client's (docs/REMOTE-SUPPORT.md, made from
+// the spec): every function of CUDA 13's headers at each version it has.
+func TestNoEntryPointCrashesOnZeroArguments(t *testing.T) {
+	e := newEnv(t)
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "REMOTE-SUPPORT.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names strings.Builder
+	for _, m := range regexp.MustCompile("(?m)^\\| `(cu\\w+)`").FindAllStringSubmatch(string(doc), -1) {
+		names.WriteString("0 " + m[1] + "\n")
+	}
+	list := filepath.Join(e.dir, "names")
+	if err := os.WriteFile(list, []byte(names.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	unix, tcp := e.serve("unix"), e.serve("tcp")
+	for _, tc := range []struct {
+		how  string
+		argv []string
+		min  int // the names the simulated GPU or the client exports
+	}{
+		{"on the simulated GPU", []string{bin("zeroes")}, 400},
+		{"under --mem and --compute", []string{"flexgv", "run", "--mem", "4GiB", "--compute", "50%", "--", bin("zeroes")}, 400},
+		{"under flexgv trace", []string{"flexgv", "trace", "-o", filepath.Join(e.dir, "trace.txt"), "--", bin("zeroes")}, 400},
+		{"over unix://", []string{"flexgv", "run", "--remote", unix.addr, "--", bin("zeroes")}, 550},
+		{"over shm://", []string{"flexgv", "run", "--remote", strings.Replace(unix.addr, "unix://", "shm://", 1), "--", bin("zeroes")}, 550},
+		{"over tcp://", []string{"flexgv", "run", "--remote", tcp.addr, "--", bin("zeroes")}, 550},
+	} {
+		lib := filepath.Join(build, "sim")
+		if tc.argv[0] == "flexgv" && tc.argv[2] == "--remote" {
+			lib = ""
+		}
+		r := e.runIn(lib, tc.argv[0], append(tc.argv[1:], list)...)
+		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+		called := 0
+		fmt.Sscanf(lines[len(lines)-1], "called %d", &called)
+		if r.code != 0 || called < tc.min {
+			t.Errorf("%s: exit %d, %d called (want %d or more); the last call: %q\n%s", tc.how, r.code, called, tc.min,
+				lines[len(lines)-1], r.stderr)
 		}
 	}
 }
