@@ -57,8 +57,9 @@ suite() {
             { echo "cupy: CUPY_TESTS=${CUPY_TESTS:-} is not a CuPy tests folder (no cupy_tests/)" >&2; return 1; }
         DIR=$(cd "$CUPY_TESTS" && pwd)
         ARGS=(-m "not slow")
-        for s in ${CUPY_SELECT:-cuda_tests core_tests}; do
-            case $s in */*) ARGS+=("$s") ;; *) ARGS+=("cupy_tests/$s") ;; esac
+        local sel
+        for sel in ${CUPY_SELECT:-cuda_tests core_tests}; do
+            case $sel in */*) ARGS+=("$sel") ;; *) ARGS+=("cupy_tests/$sel") ;; esac
         done
         ;;
     *)

@@ -92,7 +92,11 @@ int main()
     CUcontext ctx;
     DRV(cuCtxGetCurrent(&ctx));
     add_node = (add_fn)proc("cuGraphAddNode", 12030);
+    // CUDA 13.1's (driver 580 resolves it neither so nor by dlsym): the
+    // read-backs below only where the driver gives it.
     get_params = (params_fn)proc("cuGraphNodeGetParams", 12020);
+    if (!get_params)
+        printf("cuGraphNodeGetParams: not given by this driver\n");
     set_params = (params_fn)proc("cuGraphNodeSetParams", 12020);
     exec_set_params = (exec_params_fn)proc("cuGraphExecNodeSetParams", 12020);
     get_edges = (edges_fn)proc("cuGraphGetEdges", 12030);
@@ -167,15 +171,17 @@ int main()
     printf("\n");
 
     CUgraphNodeParams b[10];
-    for (int i = 0; i < 10; i++) {
-        memset(&b[i], 0xff, sizeof b[i]);
+    for (int i = 0; i < 10 && get_params; i++) {
+        memset(&b[i], 0, sizeof b[i]); // the driver follows pointers it finds there (0xff bytes crash it)
         CUresult r = get_params(n[i], &b[i]);
         if (r != CUDA_SUCCESS)
             printf("node %d read back: %s\n", i, name(r));
     }
     size_t in_child = 0;
-    DRV(cuGraphGetNodes(b[6].graph.graph, NULL, &in_child));
-    printf("read back: wait on gate %s; allocation of %zu at its address %s; memset value %#x width %zu in the "
+    if (get_params)
+        DRV(cuGraphGetNodes(b[6].graph.graph, NULL, &in_child));
+    if (get_params)
+        printf("read back: wait on gate %s; allocation of %zu at its address %s; memset value %#x width %zu in the "
            "current context %s; kernel fill %s, grid %u; copy of %zu bytes in the current context %s; host "
            "function %s with its data %s; child graph of %zu node, its own %s; record of done %s; free of the "
            "allocation %s; empty type %d\n",
@@ -245,9 +251,11 @@ int main()
     p.memOp.paramArray = ops;
     DRV(add(&bn, bg, NULL, 0, &p));
     CUgraphNodeParams mb;
-    memset(&mb, 0xff, sizeof mb);
-    DRV(get_params(bn, &mb));
-    printf("batch node: type %d, %u operations, the first a 32-bit write of %#x %s, the second of %#llx; its own "
+    memset(&mb, 0, sizeof mb);
+    if (get_params)
+        DRV(get_params(bn, &mb));
+    if (get_params)
+        printf("batch node: type %d, %u operations, the first a 32-bit write of %#x %s, the second of %#llx; its own "
            "array %s\n",
            (int)mb.type, mb.memOp.count, mb.memOp.paramArray[0].writeValue.value,
            mb.memOp.paramArray[0].writeValue.address == w + 40 ? "where asked" : "elsewhere",
