@@ -157,6 +157,7 @@ PY
 }
 # What must match: everything, or a training run's losses (bit for bit).
 whole() { cat "$1"; }
+noreadback() { grep -vE '^(cuGraphNodeGetParams: |read back: |batch node: )' "$1"; }
 # What JAX printed, without XLA's log lines (they name the client's NVML).
 jaxout() { grep '^jax ' "$1"; }
 # What CuPy printed, without the client's notice that NVRTC's private
@@ -197,7 +198,10 @@ cu managedvar scripts/gpu/managedvar.cu
 # Graphs node by node (conditional IF and WHILE nodes last, a body
 # captured into, an executable updated).
 cu graphs scripts/gpu/graphs.cu
-cu graphgeneric scripts/gpu/graphgeneric.cu -lcuda
+# Driver 580 lacks cuGraphNodeGetParams (CUDA 13.1's), which the client
+# answers from each kind's own entry points: its read-backs are compared
+# on the simulated GPU (TestRemoteGraphNodesOfEveryKind), not here.
+FILTER=noreadback cu graphgeneric scripts/gpu/graphgeneric.cu -lcuda
 cu extra scripts/gpu/extra.cu -lcuda
 cu families scripts/gpu/families.cu -lcuda
 # Pointer attributes of every kind of memory, a pool made, a graph printed.
