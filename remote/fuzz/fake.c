@@ -142,6 +142,14 @@ int serve_one(unsigned op, const void *p, size_t n, struct fgr_buf *out)
     return 0;
 }
 
+int serve_wait_only(unsigned op, const void *p, size_t n, struct fgr_buf *out)
+{
+    fgr_may_pend = fgr_wait_only = 1;
+    int r = serve_one(op, p, n, out);
+    fgr_may_pend = fgr_wait_only = 0;
+    return r;
+}
+
 // Names the same in every process: the seeds the Go tests write name the
 // handles fake_driver gave.
 int fgr_names_new_key(uint32_t k[4])

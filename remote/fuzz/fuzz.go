@@ -40,6 +40,19 @@ func Serve(op uint16, args []byte) (malformed bool, out []byte) {
 	return false, C.GoBytes(unsafe.Pointer(reply.p), C.int(reply.len))
 }
 
+// ServeWaitOnly is Serve for a request flagged wait-only.
+func ServeWaitOnly(op uint16, args []byte) (malformed bool, out []byte) {
+	once.Do(setUp)
+	mu.Lock()
+	defer mu.Unlock()
+	p := C.CBytes(args)
+	defer C.free(p)
+	if C.serve_wait_only(C.unsigned(op), p, C.size_t(len(args)), &reply) != 0 {
+		return true, nil
+	}
+	return false, C.GoBytes(unsafe.Pointer(reply.p), C.int(reply.len))
+}
+
 // Handles are the names a client was given for the handles fake_driver
 // says the connection has: requests name them so.
 type Handles struct{ Module, Function, Graph, Pool, Context, CtxObject, Node uint64 }

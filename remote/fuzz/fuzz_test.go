@@ -364,3 +364,50 @@ func TestNativeInputs(t *testing.T) {
 		Run(in)
 	}
 }
+
+// A request flagged wait-only (remote/wire.h) only waits: of a call that
+// waits for the device (api/remote.api: wait=, after=) the driver is not
+// asked to make it, and the answer is CUDA_ERROR_NOT_READY without
+// results; any other call is served as it would be.
+func TestWaitOnlyNeverMakesTheCall(t *testing.T) {
+	spec, err := os.ReadFile(filepath.Join("..", "..", "api", "remote.api"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waits := map[string]bool{}
+	for _, l := range strings.Split(string(spec), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 2 || strings.HasPrefix(l, "#") || !(strings.Contains(l, " wait=") || strings.Contains(l, " after=")) {
+			continue
+		}
+		name := f[0]
+		if name[0] >= '0' && name[0] <= '9' {
+			name = f[1]
+		}
+		waits[strings.SplitN(name, "(", 2)[0]] = true
+	}
+	const notReady = 600
+	seen := 0
+	extra := []Request{{"cuCtxSynchronize", w{}, 0}, {"cuStreamSynchronize", w{}.u64(0), 0}}
+	for _, r := range append(Valid(), extra...) {
+		before := Calls()
+		bad, out := ServeWaitOnly(opOf(t, r.Op), r.Args)
+		if bad {
+			t.Fatalf("%s wait-only: malformed", r.Op)
+		}
+		checkReply(t, r.Op, out)
+		if !waits[r.Op] {
+			continue
+		}
+		seen++
+		// An out buffer's place says "none" (one byte 0).
+		noResults := len(out) == 8 || (len(out) == 9 && out[8] == 0)
+		if res := binary.LittleEndian.Uint32(out[4:]); res != notReady || !noResults || Calls() != before {
+			t.Errorf("%s wait-only: result %d, %d bytes, %d driver calls; want %d, no results, none", r.Op, res, len(out),
+				Calls()-before, notReady)
+		}
+	}
+	if seen < 3 {
+		t.Fatalf("only %d of the requests wait (%v)", seen, waits)
+	}
+}
