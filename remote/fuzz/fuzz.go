@@ -27,27 +27,25 @@ var (
 
 // Serve decodes and runs one request's arguments for operation op. It
 // reports whether they were malformed and, when not, the reply frame.
-func Serve(op uint16, args []byte) (malformed bool, out []byte) {
+func Serve(op uint16, args []byte) (malformed bool, out []byte) { return serve(op, args, false) }
+
+// ServeWaitOnly is Serve for a request flagged wait-only.
+func ServeWaitOnly(op uint16, args []byte) (malformed bool, out []byte) { return serve(op, args, true) }
+
+func serve(op uint16, args []byte, waitOnly bool) (malformed bool, out []byte) {
 	once.Do(setUp)
 	mu.Lock()
 	defer mu.Unlock()
 	// The C side keeps no pointer to args past the call.
 	p := C.CBytes(args)
 	defer C.free(p)
-	if C.serve_one(C.unsigned(op), p, C.size_t(len(args)), &reply) != 0 {
-		return true, nil
+	var bad C.int
+	if waitOnly {
+		bad = C.serve_wait_only(C.unsigned(op), p, C.size_t(len(args)), &reply)
+	} else {
+		bad = C.serve_one(C.unsigned(op), p, C.size_t(len(args)), &reply)
 	}
-	return false, C.GoBytes(unsafe.Pointer(reply.p), C.int(reply.len))
-}
-
-// ServeWaitOnly is Serve for a request flagged wait-only.
-func ServeWaitOnly(op uint16, args []byte) (malformed bool, out []byte) {
-	once.Do(setUp)
-	mu.Lock()
-	defer mu.Unlock()
-	p := C.CBytes(args)
-	defer C.free(p)
-	if C.serve_wait_only(C.unsigned(op), p, C.size_t(len(args)), &reply) != 0 {
+	if bad != 0 {
 		return true, nil
 	}
 	return false, C.GoBytes(unsafe.Pointer(reply.p), C.int(reply.len))
