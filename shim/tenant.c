@@ -64,8 +64,9 @@ static int lock_fd = -1; /* our own unmapped open file description: our slot's l
  * open; -1 when not given or used. */
 static int given_map = -1, given_lock = -1;
 static int mine = -1;
-static uint64_t charge_moves;  /* changes to our slot's charges made so far (the backstop) */
-static uint32_t charges_going; /* and under way now */
+/* Changes to our slot's charges (the backstop): made so far << 32 | under
+ * way now, one word so that a change costs one atomic add at each end. */
+static uint64_t charge_moves;
 static int broken;
 static int refused_setup;
 static int warned_setup, warned_broken, warned_refusal;
@@ -406,7 +407,7 @@ void fg_tenant_after_fork(void)
     given_map = given_lock = -1;
     mine = -1;
     claim_state = NONE;
-    charges_going = 0; /* a thread of the parent's, mid-charge, is not ours */
+    charge_moves = 0; /* a thread of the parent's, mid-charge, is not ours */
 }
 
 int fg_tenant_has_pid(unsigned pid)
@@ -527,17 +528,18 @@ static uint64_t sum_used(int e)
  * allocation and refunds follow its release, so our charges never lag
  * what the driver holds for them: the figure is compared with charges
  * that stood still throughout its reading (none under way at either end,
- * none made between). Where they kept moving, the lower of the last kept
- * value and this reading is kept: never more than the driver holds. */
+ * none made between). Where they kept moving (three tries), the lower of
+ * the last kept value and this reading is kept: never more than the driver
+ * holds. */
 #define BACKSTOP_NS 100000000ull
 #define BACKSTOP_TRIES 3
 static uint64_t backstop_read[FG_NDEV]; /* CLOCK_MONOTONIC ns of the last read per entry */
 static uint32_t backstop_gen, backstop_seen[FG_NDEV];
 
+/* No change under way, and none made since moves was read. */
 static int charges_still(uint64_t moves)
 {
-    return !__atomic_load_n(&charges_going, __ATOMIC_SEQ_CST) &&
-           __atomic_load_n(&charge_moves, __ATOMIC_SEQ_CST) == moves;
+    return (uint32_t)moves == 0 && __atomic_load_n(&charge_moves, __ATOMIC_SEQ_CST) == moves;
 }
 
 void fg_backstop_soon(void) { __atomic_add_fetch(&backstop_gen, 1, __ATOMIC_RELEASE); }
@@ -557,12 +559,10 @@ static void backstop(int dev, int e, int force)
     for (int i = 0; i < BACKSTOP_TRIES; i++) {
         uint64_t moves = __atomic_load_n(&charge_moves, __ATOMIC_SEQ_CST);
         int still = charges_still(moves);
-        uint64_t before = __atomic_load_n(&slots[mine].used[e], __ATOMIC_SEQ_CST);
         long long m = fg_nvml_self_used(dev);
         if (m < 0)
             return;
         uint64_t used = __atomic_load_n(&slots[mine].used[e], __ATOMIC_SEQ_CST);
-        used = used > before ? used : before; /* a release refunded mid-read was held when counted */
         uint64_t over = (uint64_t)m > used ? (uint64_t)m - used : 0;
         if (still && charges_still(moves)) {
             __atomic_store_n(&slots[mine].unmodelled[e], over, __ATOMIC_SEQ_CST);
@@ -576,12 +576,11 @@ static void backstop(int dev, int e, int force)
 }
 
 /* Brackets a change of our charges for the backstop's readers. */
-static void moving(void) { __atomic_add_fetch(&charges_going, 1, __ATOMIC_SEQ_CST); }
+static void moving(void) { __atomic_add_fetch(&charge_moves, 1, __ATOMIC_SEQ_CST); }
 
 static void moved(void)
 {
-    __atomic_add_fetch(&charge_moves, 1, __ATOMIC_SEQ_CST);
-    __atomic_sub_fetch(&charges_going, 1, __ATOMIC_SEQ_CST);
+    __atomic_add_fetch(&charge_moves, (1ull << 32) - 1, __ATOMIC_SEQ_CST);
 }
 
 static int add_mine(int e, uint64_t bytes)

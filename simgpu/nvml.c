@@ -323,8 +323,9 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetMPSComputeRunningProcesses_v3(nvmlDevice_t 
     return no_processes(device, infoCount);
 }
 
-/* A busy driver answers late: what the list says was true when it was
- * taken, not when the caller gets it (FLEXGV_SIM_NVML_LAG_US). */
+/* A busy driver answers late: the list is taken half the lag into the
+ * call and returned half the lag after (FLEXGV_SIM_NVML_LAG_US), true
+ * neither when asked nor when given. */
 static void lag(void)
 {
     static long us = -1;
@@ -338,8 +339,9 @@ static void lag(void)
         }
         __atomic_store_n(&us, v, __ATOMIC_RELAXED);
     }
-    if (us > 0)
-        nanosleep(&(struct timespec){us / 1000000, (long)(us % 1000000) * 1000}, NULL);
+    long half = us / 2;
+    if (half > 0)
+        nanosleep(&(struct timespec){half / 1000000, (long)(half % 1000000) * 1000}, NULL);
 }
 
 /* Processes holding memory on the device (a context counts). */
@@ -350,6 +352,7 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t dev
     if (!infoCount)
         return NVML_ERROR_INVALID_ARGUMENT;
     sim_reap_dead();
+    lag();
     unsigned n = 0;
     for (int i = 0; i < SIM_MAX_PROCS; i++) {
         int32_t pid = __atomic_load_n(&sim->procs[i].pid, __ATOMIC_ACQUIRE);

@@ -18,10 +18,11 @@
  *                                 simulated GPU's FLEXGV_SIM_FAIL); then all
  *                                 released: prints the calls that failed and
  *                                 what is left in use over the start
- *     drvclient racer ROUNDS     a thread frees while the driver's count
- *                                 is read; prints in how many rounds the
- *                                 usage shown afterwards was larger than a
- *                                 quiet read shows */
+ *     drvclient racer ROUNDS     a thread's block is counted and freed
+ *                                 while the driver's count is read, twice a
+ *                                 round; prints after how many reads the
+ *                                 usage shown was larger than a quiet read
+ *                                 shows */
 #include "common.h"
 
 #include <pthread.h>
@@ -362,13 +363,16 @@ static void faults(uint64_t seed, int steps, int threads, CUcontext ctx)
 
 /* ---- racer: the driver's count read while another thread frees ---- */
 
-enum { IDLE, TAKE, TAKEN, GIVE, GIVEN, QUIT };
+enum { IDLE, TAKE, TAKEN, GIVE, BRIEF, GIVEN, QUIT };
 struct holder {
     CUcontext ctx;
     int state;
 };
 
-/* Takes a 32 MiB block when told, and gives it back 1 ms after being told. */
+/* Told to: takes a 32 MiB block; gives it back 7 ms later; or takes one 2
+ * ms later and gives it back 5 ms after that. With NVML answering 10 ms
+ * late (the count taken 5 ms in), the block is counted and gone before
+ * the answer. */
 static void *take_give(void *arg)
 {
     struct holder *h = arg;
@@ -381,8 +385,12 @@ static void *take_give(void *arg)
         if (s == TAKE) {
             CHECK(cuMemAlloc_v2(&p, 32 * MiB));
             __atomic_store_n(&h->state, TAKEN, __ATOMIC_RELEASE);
-        } else if (s == GIVE) {
-            usleep(1000);
+        } else if (s == GIVE || s == BRIEF) {
+            if (s == BRIEF) {
+                usleep(2000);
+                CHECK(cuMemAlloc_v2(&p, 32 * MiB));
+            }
+            usleep(s == BRIEF ? 5000 : 7000);
             CHECK(cuMemFree_v2(p));
             __atomic_store_n(&h->state, GIVEN, __ATOMIC_RELEASE);
         } else {
@@ -397,21 +405,21 @@ static void await(struct holder *h, int state)
         usleep(100);
 }
 
-/* A 1-byte allocation after the reads' 100 ms interval: the shim reads the
- * driver's count on it. */
-static void read_count(void)
+/* A 1-byte allocation: the shim reads the driver's count on it, once the
+ * reads' 100 ms interval has passed. */
+static void alloc_one(void)
 {
-    usleep(120 * 1000);
     CUdeviceptr one;
     CHECK(cuMemAlloc_v2(&one, 1));
     CHECK(cuMemFree_v2(one));
 }
 
-/* Each round the shim reads the driver's count while another thread holds
- * a block, which that thread frees before the read is done (the simulated
- * GPU's NVML answering late: FLEXGV_SIM_NVML_LAG_US). What is then shown in
- * use is compared with what a read of the quiet process shows: a count
- * taken mid-call must not make the process look larger than it is. */
+/* Each round, twice, the shim reads the driver's count while another
+ * thread's block is counted and freed before the read is done (the
+ * simulated GPU's NVML answering late: FLEXGV_SIM_NVML_LAG_US): a block
+ * held before the read, and one taken during it. What is then shown in use
+ * is compared with what a read of the quiet process shows: a count taken
+ * mid-call must not make the process look larger than it is. */
 static void racer(int rounds, CUcontext ctx)
 {
     struct holder h = {ctx, IDLE};
@@ -420,17 +428,19 @@ static void racer(int rounds, CUcontext ctx)
         exit(1);
     int over = 0;
     size_t most = 0;
-    for (int r = 0; r < rounds; r++) {
-        __atomic_store_n(&h.state, TAKE, __ATOMIC_RELEASE);
-        await(&h, TAKEN);
+    for (int r = 0; r < 2 * rounds; r++) {
+        int brief = r % 2;
+        if (!brief) {
+            __atomic_store_n(&h.state, TAKE, __ATOMIC_RELEASE);
+            await(&h, TAKEN);
+        }
         usleep(120 * 1000);
-        __atomic_store_n(&h.state, GIVE, __ATOMIC_RELEASE);
-        CUdeviceptr one;
-        CHECK(cuMemAlloc_v2(&one, 1)); /* the read, while the block is given back */
-        CHECK(cuMemFree_v2(one));
+        __atomic_store_n(&h.state, brief ? BRIEF : GIVE, __ATOMIC_RELEASE);
+        alloc_one(); /* the read, while the other thread's block comes and goes */
         await(&h, GIVEN);
         size_t busy = used_now();
-        read_count();
+        usleep(120 * 1000);
+        alloc_one(); /* a quiet read */
         size_t quiet = used_now();
         if (busy > quiet) {
             over++;
@@ -439,7 +449,7 @@ static void racer(int rounds, CUcontext ctx)
     }
     __atomic_store_n(&h.state, QUIT, __ATOMIC_RELEASE);
     pthread_join(t, NULL);
-    printf("rounds %d, shown larger than quiet %d (by up to %zu MiB)\n", rounds, over, most / (size_t)MiB);
+    printf("reads %d, shown larger than quiet %d (by up to %zu MiB)\n", 2 * rounds, over, most / (size_t)MiB);
 }
 
 static void limit(const char *what, CUlimit l, size_t v)
