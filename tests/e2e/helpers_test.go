@@ -80,6 +80,17 @@ func (e *env) environ(libPath string) []string {
 	return append(out, e.extra...)
 }
 
+// pyContext begins a Python test program: the driver as cu, device 0's
+// primary context current as ctx, os imported.
+const pyContext = `
+import ctypes, os
+cu = ctypes.CDLL("libcuda.so.1")
+ctx = ctypes.c_void_p()
+assert cu.cuInit(0) == 0
+assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
+assert cu.cuCtxSetCurrent(ctx) == 0
+`
+
 // bin is the path of a built program; other names (sh, python3, paths)
 // are left to the PATH lookup.
 func bin(name string) string {

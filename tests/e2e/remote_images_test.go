@@ -254,13 +254,8 @@ func TestRemoteModuleCacheCapHeld(t *testing.T) {
 // aborted the program ("double free or corruption": CuPy's
 // test_module_load_failure over shm://).
 func TestRemoteModuleFileNotFound(t *testing.T) {
-	prog := `
-import ctypes, os
-cu = ctypes.CDLL("libcuda.so.1")
-ctx, h = ctypes.c_void_p(), ctypes.c_void_p()
-assert cu.cuInit(0) == 0
-assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
-assert cu.cuCtxSetCurrent(ctx) == 0
+	prog := pyContext + `
+h = ctypes.c_void_p()
 for path in (b"/nonexistent/k.cubin", os.path.join(os.getcwd(), "k.cubin").encode()):
     print("module", cu.cuModuleLoad(ctypes.byref(h), path),
           "library", cu.cuLibraryLoadFromFile(ctypes.byref(h), path, None, None, 0, None, None, 0), flush=True)

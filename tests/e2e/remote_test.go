@@ -1017,13 +1017,8 @@ func TestRemoteServeLifecycle(t *testing.T) {
 // once, as a GPU's asynchronous errors are. Locally the simulated driver
 // answers it at the call itself.
 func TestRemoteQueuedErrorsSurfaceAtSync(t *testing.T) {
-	prog := `
-import ctypes
-cu = ctypes.CDLL("libcuda.so.1")
-ctx, p = ctypes.c_void_p(), ctypes.c_uint64()
-assert cu.cuInit(0) == 0
-assert cu.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), 0) == 0
-assert cu.cuCtxSetCurrent(ctx) == 0
+	prog := pyContext + `
+p = ctypes.c_uint64()
 assert cu.cuMemAlloc_v2(ctypes.byref(p), ctypes.c_size_t(4096)) == 0
 print("good memset", cu.cuMemsetD8Async(p, 7, ctypes.c_size_t(4096), None))
 print("bad memset", cu.cuMemsetD8Async(ctypes.c_uint64(16), 7, ctypes.c_size_t(4096), None))
