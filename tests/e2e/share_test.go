@@ -282,37 +282,45 @@ func TestPriorityRunsFirst(t *testing.T) {
 }
 
 // A holder killed with SIGKILL stalls nobody: its slot's lock goes with it.
+// A miss is run again: the other tenant's host stalled outside its run
+// queue (blocked on a page fault under the suite's disk load) idles the
+// device unexcused.
 func TestAKilledHolderStallsNobody(t *testing.T) {
 	t.Parallel()
-	e := newEnv(t)
-	hi := e.spinnerUnder([]string{"--priority", "high"}, "1000", "30", "16")
-	lo := e.spinnerUnder([]string{"--compute", "50%"}, "1000", "2", "16")
-	hi.start()
-	began := monotonic()
-	lo.start()
-	time.Sleep(500 * time.Millisecond)
-	// The spinner is a child of one of flexgv run's threads.
-	kids, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", hi.cmd.Process.Pid))
-	pid := 0
-	for _, k := range kids {
-		b, _ := os.ReadFile(k)
-		fmt.Sscan(string(b), &pid)
-	}
-	if pid == 0 {
-		t.Fatalf("no spinner under flexgv run (pid %d)", hi.cmd.Process.Pid)
-	}
-	syscall.Kill(pid, syscall.SIGKILL)
-	killed := float64((monotonic() - began).Milliseconds())
-	r := lo.resultWithin(20 * time.Second)
-	// After the kill the other has the device alone but for a poll (its
-	// waiter sees the holder's lock gone) and what its host idled; the
-	// kill came at most `killed` into its run on the device's clock, which
-	// never runs ahead of the host's.
-	least := 100*(r.elapsedMs-killed)/r.elapsedMs - 2 - awakeLoss(r)
-	t.Logf("after the holder's death at %.0f ms: %.1f%% of the device's %.0f ms (at least %.1f)", killed, r.share, r.elapsedMs, least)
-	if r.share < least {
-		t.Errorf("with the high-priority holder killed %.0f ms into a 2 s run, the other tenant got %.1f%%, want ≥ %.1f%%", killed, r.share, least)
-	}
+	hostBound(t, func(hc *hostCheck) {
+		e := newEnv(t)
+		hi := e.spinnerUnder([]string{"--priority", "high"}, "1000", "30", "16")
+		// Windows of 100 ms: when the other tenant had the device, if it misses.
+		lo := e.spinnerUnder([]string{"--compute", "50%"}, "1000", "2", "16", "100")
+		hi.start()
+		began := monotonic()
+		lo.start()
+		time.Sleep(500 * time.Millisecond)
+		// The spinner is a child of one of flexgv run's threads.
+		kids, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", hi.cmd.Process.Pid))
+		pid := 0
+		for _, k := range kids {
+			b, _ := os.ReadFile(k)
+			fmt.Sscan(string(b), &pid)
+		}
+		if pid == 0 {
+			t.Fatalf("no spinner under flexgv run (pid %d)", hi.cmd.Process.Pid)
+		}
+		syscall.Kill(pid, syscall.SIGKILL)
+		killed := float64((monotonic() - began).Milliseconds())
+		r := lo.resultWithin(20 * time.Second)
+		// After the kill the other has the device alone but for a poll (its
+		// waiter sees the holder's lock gone) and what its host idled; the
+		// kill came at most `killed` into its run on the device's clock, which
+		// never runs ahead of the host's.
+		least := 100*(r.elapsedMs-killed)/r.elapsedMs - 2 - awakeLoss(r)
+		t.Logf("after the holder's death at %.0f ms: %.1f%% of the device's %.0f ms (at least %.1f)", killed, r.share, r.elapsedMs, least)
+		if r.share < least {
+			hc.Errorf("with the high-priority holder killed %.0f ms into a 2 s run, the other tenant got %.1f%%, want ≥ %.1f%% "+
+				"(its share by 100 ms of the device's time: %v; on the host's clock %.0f ms, %.0f of them waiting to run)",
+				killed, r.share, least, r.windows, r.wallMs, r.delayedMs)
+		}
+	})
 }
 
 // A scheduler file truncated under running tenants (it is writable by all
