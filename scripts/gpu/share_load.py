@@ -2,6 +2,9 @@
 
     share_load.py matmul SECONDS [START]     matrix products; prints "window T N"
                                              every second (N products in it)
+    share_load.py conv SECONDS [START]       a small convolutional network's training
+                                             (32x32 images, batch 128); prints
+                                             "window T STEPS" every second
     share_load.py train SECONDS [START [BATCH]]  a small transformer training loop
                                              (BATCH sequences a step, default 32);
                                              prints "window T STEPS" every second,
@@ -65,6 +68,30 @@ def matmul(seconds, start):
         torch.cuda.synchronize()
         return 5
 
+    windows(step, seconds, start)
+
+
+def conv(seconds, start):
+    c = torch.nn
+    m = c.Sequential(c.Conv2d(3, 64, 3, padding=1), c.BatchNorm2d(64), c.ReLU(),
+                     c.Conv2d(64, 128, 3, padding=1), c.BatchNorm2d(128), c.ReLU(), c.MaxPool2d(2),
+                     c.Conv2d(128, 256, 3, padding=1), c.BatchNorm2d(256), c.ReLU(), c.MaxPool2d(2),
+                     c.Conv2d(256, 256, 3, padding=1), c.BatchNorm2d(256), c.ReLU(),
+                     c.AdaptiveAvgPool2d(1), c.Flatten(), c.Linear(256, 10)).to(dev)
+    opt = torch.optim.SGD(m.parameters(), lr=0.01, momentum=0.9)
+    x = torch.randn(128, 3, 32, 32, device=dev)
+    y = torch.randint(0, 10, (128,), device=dev)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(m(x), y)
+        loss.backward()
+        opt.step()
+        loss.item()
+        return 1
+
+    for _ in range(5):
+        step()
     windows(step, seconds, start)
 
 
@@ -216,6 +243,8 @@ if __name__ == "__main__":
     mode, args = sys.argv[1], [float(a) for a in sys.argv[2:]]
     if mode == "matmul":
         matmul(int(args[0]), args[1] if len(args) > 1 else 0)
+    elif mode == "conv":
+        conv(int(args[0]), args[1] if len(args) > 1 else 0)
     elif mode == "train":
         train(int(args[0]), args[1] if len(args) > 1 else 0, int(args[2]) if len(args) > 2 else 32)
     elif mode in ("infer", "infer-graph"):

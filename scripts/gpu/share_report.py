@@ -9,45 +9,29 @@ import os
 import statistics
 import sys
 
+import loadout
+
 d = sys.argv[1]
 
 
 def windows(name):
-    out = []
-    for line in open(os.path.join(d, name)):
-        f = line.split()
-        if len(f) == 3 and f[0] == "window":
-            out.append(float(f[2]))
-    return out
+    return loadout.windows(os.path.join(d, name))
 
 
 def rate(name):
-    w = windows(name)
-    return statistics.mean(w[1:] if len(w) > 2 else w)
+    return loadout.rate(os.path.join(d, name))
 
 
 def latency(name):
-    f = open(os.path.join(d, name)).read().split()
-    return float(f[1]), float(f[2]), int(f[3])
+    return loadout.latency(os.path.join(d, name))
 
 
 def slow(name):
-    """The requests over 5x p50, by arrival: (seconds, ms)."""
-    out = []
-    for line in open(os.path.join(d, name)):
-        f = line.split()
-        if len(f) >= 3 and f[0] == "slow":
-            out.append((float(f[1]), float(f[2])))
-    return out
+    return loadout.slow(os.path.join(d, name))
 
 
 def split(name):
-    """A graph request's parts (launch, queued, gpu) as p50/p99 text, or ""."""
-    for line in open(os.path.join(d, name)):
-        f = line.split()
-        if len(f) == 10 and f[0] == "split":
-            return "; " + ", ".join(f"{f[i]} {f[i + 1]}/{f[i + 2]}" for i in (1, 4, 7)) + " ms p50/p99"
-    return ""
+    return loadout.split(os.path.join(d, name))
 
 
 def p95(xs):

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -176,5 +177,64 @@ func TestDriverNamesAgainstHeaders(t *testing.T) {
 		if code != 1 || !strings.Contains(out, want) {
 			t.Errorf("a list that differs: exit %d, lacks %q\n%s", code, want, out)
 		}
+	}
+}
+
+// The matrix's report (scripts/gpu-matrix.sh) judges each way of sharing
+// against the loads alone in the same round and flexgv against
+// time-slicing in the same round, and a run without output is no result.
+func TestMatrixReportJudgesWithinARound(t *testing.T) {
+	dir := t.TempDir()
+	put := func(name, text string) {
+		p := filepath.Join(dir, "runs", name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// rate N: windows of N a second, the first (the start's) off.
+	rate := func(n int) string { return fmt.Sprintf("window 0 1\nwindow 1 %d\nwindow 2 %d\nwindow 3 %d\n", n, n, n) }
+	lat := func(p50, p99 float64) string { return fmt.Sprintf("latency_ms %.3f %.3f 900\n", p50, p99) }
+	// Round 2's machine is twice as fast: its ratios are the same.
+	for r, k := range map[string]int{"1": 1, "2": 2} {
+		put("alone/matmul/"+r+".txt", rate(100*k))
+		put("alone/train4/"+r+".txt", rate(40*k))
+		put("alone/infer/"+r+".txt", lat(5.0/float64(k), 6.0/float64(k)))
+		for m, ab := range map[string][2]int{"timeslice": {50, 20}, "flexgv": {30, 28}, "mpsthreads": {26, 24}} {
+			put("share/matmul+train4/"+m+"/"+r+"/a.txt", rate(ab[0]*k))
+			put("share/matmul+train4/"+m+"/"+r+"/b.txt", rate(ab[1]*k))
+		}
+		for m, v := range map[string][3]float64{"timeslice": {5.5, 8, 60}, "flexgv": {5.2, 6.6, 50}, "mpsflexgv": {5.0, 6.3, 85}} {
+			put("priority/infer+matmul/"+m+"/"+r+"/req.txt", lat(v[0]/float64(k), v[1]/float64(k)))
+			put("priority/infer+matmul/"+m+"/"+r+"/trn.txt", rate(int(v[2])*k))
+		}
+	}
+	out, code := report(t, "matrix_report.py", dir)
+	for _, want := range []string{
+		"| matmul / train4 | 50.0 / 50.0 (100 %) | 30.0 / 70.0 (100 %), error 0.0 pp | — | 26.0 / 60.0 (86 %), error 7.0 pp | — | met: error 0.0 pp, together 1.00 of time-slicing's |",
+		"| infer / matmul | p50 1.10×, p99 1.33×; trainer 0.60 | p50 1.04×, p99 1.10×; trainer 0.50 |",
+		"missed: p50 0.95, p99 0.82, trainer 0.83 of time-slicing's; under MPS met: p99 1.05×, trainer 0.85 |",
+	} {
+		if code != 0 || !strings.Contains(out, want) {
+			t.Errorf("matrix_report.py: exit %d, does not say %q:\n%s", code, want, out)
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "svg", "priority-infer+matmul.svg")); err != nil ||
+		!strings.Contains(string(b), ">flexgv under MPS</text>") || strings.Contains(string(b), ">MPS</text>") {
+		t.Errorf("the pair's SVG has a point a way of sharing that ran: %v\n%s", err, b)
+	}
+	// A trainer that printed nothing in round 2: that round is no result,
+	// the report fails and round 1 alone gives the figure.
+	put("priority/infer+matmul/flexgv/2/trn.txt", "")
+	out, code = report(t, "matrix_report.py", dir)
+	if code != 1 || !strings.Contains(out, "Runs without a result: runs/priority/infer+matmul/flexgv/2/trn.txt") ||
+		!strings.Contains(out, "| p50 1.04×, p99 1.10×; trainer 0.50 |") {
+		t.Errorf("matrix_report.py with a run cut short: exit %d, want 1 naming it:\n%s", code, out)
+	}
+	put("priority/infer+matmul/flexgv/1/trn.txt", "")
+	if out, _ = report(t, "matrix_report.py", dir); !strings.Contains(out, "| p50 1.10×, p99 1.33×; trainer 0.60 | no result |") {
+		t.Errorf("matrix_report.py with every round of a way of sharing cut short: want no result:\n%s", out)
 	}
 }
