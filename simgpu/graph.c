@@ -714,8 +714,10 @@ SIM_EXPORT CUresult cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph h
                                              CUgraph childGraph)
 {
     struct sim_graph *child = as_graph(childGraph);
-    if (!phGraphNode || !child || child->mem || child->moved)
+    if (!phGraphNode || !child || child->mem)
         return CUDA_ERROR_INVALID_VALUE;
+    if (child->moved)
+        return CUDA_ERROR_NOT_SUPPORTED; /* a moved graph is its node's: not cloned */
     struct sim_node *n = node_new(CU_GRAPH_NODE_TYPE_GRAPH);
     if (n && !(n->u.child = clone_graph(child))) {
         free(n);
@@ -1479,7 +1481,9 @@ static CUresult instantiate(CUgraphExec *out, CUgraph graph, unsigned long long 
     if (r)
         return r;
     struct sim_graph *g = as_graph(graph);
-    if (!out || !g || g->moved ||
+    if (g && g->moved)
+        return CUDA_ERROR_NOT_SUPPORTED; /* a moved graph runs only within its node's */
+    if (!out || !g ||
         (flags & (CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | FLAG_DEVICE_LAUNCH)) ==
             (CUDA_GRAPH_INSTANTIATE_FLAG_AUTO_FREE_ON_LAUNCH | FLAG_DEVICE_LAUNCH) ||
         (g->mem && (g->exec || (flags & FLAG_DEVICE_LAUNCH))) || cond_mem(g, 0))
@@ -1918,8 +1922,10 @@ static CUresult add_moved_child(CUgraphNode *phGraphNode, CUgraph hGraph, const 
                                 CUgraph childGraph)
 {
     struct sim_graph *g = as_graph(hGraph), *child = as_graph(childGraph);
-    if (!g || !child || child == g || child->moved || holds(child, g))
-        return CUDA_ERROR_INVALID_VALUE; /* a graph cannot hold itself */
+    if (child && child->moved)
+        return CUDA_ERROR_NOT_SUPPORTED; /* as a driver 580 answers a graph moved already */
+    if (!g || !child || child == g || holds(child, g))
+        return CUDA_ERROR_INVALID_VALUE; /* a graph cannot hold itself (a driver takes it, and then instantiates none of them) */
     if (child->mem)
         return CUDA_ERROR_NOT_SUPPORTED;
     struct sim_node *n = node_new(CU_GRAPH_NODE_TYPE_GRAPH);

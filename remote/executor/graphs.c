@@ -148,7 +148,8 @@ static CUresult conditional_node(CUgraphNode *phGraphNode, CUgraph hGraph, const
     return CUDA_SUCCESS;
 }
 
-/* fgrGraphAddMovedChild: a child graph moved into its node (CUDA 12.9).
+/* fgrGraphAddMovedChild: a child graph moved into its node (CUDA 12.9); a
+ * node's graph is not moved again (a driver 580 answers NOT_SUPPORTED).
  * The connection's graph, its nodes and names as they were, is the node's
  * from then on: forgotten with it, and not to be destroyed by itself. */
 static CUresult moved_child(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies,
@@ -157,7 +158,7 @@ static CUresult moved_child(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgr
     if (!phGraphNode)
         return fgr_refuse("fgrGraphAddMovedChild", "phGraphNode", 0, CUDA_ERROR_INVALID_VALUE);
     if (fgr_owned_by(FGR_H_CUgraph, (uint64_t)(uintptr_t)childGraph, FGR_H_CUgraphNode))
-        return fgr_refuse("fgrGraphAddMovedChild", "childGraph (a node's)", 0, CUDA_ERROR_INVALID_VALUE);
+        return fgr_refuse("fgrGraphAddMovedChild", "childGraph (a node's)", 0, CUDA_ERROR_NOT_SUPPORTED);
     CUgraphNodeParams p;
     memset(&p, 0, sizeof p);
     p.type = CU_GRAPH_NODE_TYPE_GRAPH;

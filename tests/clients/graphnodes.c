@@ -2086,9 +2086,12 @@ static int generic(CUcontext ctx)
     CHECK(cuGraphAddNode(&mnode, parent, NULL, 0, &p));
     CUgraph back = NULL;
     CHECK(cuGraphChildGraphNodeGetGraph(mnode, &back));
-    printf("moved: the node's graph is the program's %s; destroyed alone: %s; moved again: %s\n",
+    printf("moved: the node's graph is the program's %s; destroyed alone: %s; moved again: %s",
            back == moved ? "yes" : "no", result_name(cuGraphDestroy(moved)),
            result_name(cuGraphAddNode(&bad, parent, NULL, 0, &p)));
+    p.graph.ownership = CU_GRAPH_CHILD_GRAPH_OWNERSHIP_CLONE;
+    printf("; cloned: %s\n", result_name(cuGraphAddNode(&bad, parent, NULL, 0, &p)));
+    p.graph.ownership = CU_GRAPH_CHILD_GRAPH_OWNERSHIP_MOVE;
     CUgraph outer;
     CHECK(cuGraphCreate(&outer, 0));
     p.graph.graph = parent;

@@ -100,7 +100,7 @@ func TestRemoteGraphNodesOfEveryKind(t *testing.T) {
 		"the graph's node keeps 0x11\na write outside device memory: CUDA_ERROR_INVALID_VALUE\n17 operations: CUDA_ERROR_NOT_SUPPORTED\nbatch graph nodes: 1\n",
 		"a batch node launched after its word was freed: CUDA_SUCCESS\ncaptured write: 1 node of type 12, word 44 before its launch 0; after 0x55\n",
 		"a kernel node after a programmatic edge: CUDA_ERROR_NOT_SUPPORTED, nodes 1, handed back no\nafter a plain edge: 1 edge\n",
-		"moved: the node's graph is the program's yes; destroyed alone: CUDA_ERROR_INVALID_VALUE; moved again: CUDA_ERROR_INVALID_VALUE\nthe graph holding it moved into it: CUDA_ERROR_INVALID_VALUE\ninstantiated alone: CUDA_ERROR_INVALID_VALUE\nits node set in the outer graph's executable: CUDA_SUCCESS\n",
+		"moved: the node's graph is the program's yes; destroyed alone: CUDA_ERROR_INVALID_VALUE; moved again: CUDA_ERROR_NOT_SUPPORTED; cloned: CUDA_ERROR_NOT_SUPPORTED\nthe graph holding it moved into it: CUDA_ERROR_INVALID_VALUE\ninstantiated alone: CUDA_ERROR_NOT_SUPPORTED\nits node set in the outer graph's executable: CUDA_SUCCESS\n",
 		" 56=77 57=77 58=77 59=77\n",
 	} {
 		if local.code != 0 || !strings.Contains(local.stdout, want) {
