@@ -9,8 +9,9 @@
 # 6-layer transformer's training, batch N), infer (batch-1 eager inference)
 # and infer-graph (one CUDA-graph replay a request).
 #   SHARE_PAIRS     "A:B ...": A at 30 % of the GPU beside B at 70 %
-#   PRIORITY_PAIRS  "REQUEST:TRAINER ...": requests at half their peak rate,
-#                   high priority, beside a trainer of low priority
+#   PRIORITY_PAIRS  "REQUEST:TRAINER ...": requests at MATRIX_RATE of their
+#                   peak rate (default 0.5), high priority, beside a trainer
+#                   of low priority
 #   MECHANISMS      among timeslice (no flexgv), flexgv (--compute or
 #                   --priority), mps (plain MPS), mpsthreads (MPS with
 #                   CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: 30/70, or the trainer
@@ -31,6 +32,7 @@ PRIORITY_PAIRS=${PRIORITY_PAIRS-infer:matmul infer:conv infer:train32 infer-grap
 MECHANISMS=${MECHANISMS:-timeslice flexgv mps mpsthreads mpsflexgv}
 MATRIX_S=${MATRIX_S:-15}
 MATRIX_ROUNDS=${MATRIX_ROUNDS:-1}
+MATRIX_RATE=${MATRIX_RATE:-0.5}
 L=scripts/gpu/share_load.py
 FLEXGV=$(pwd)/build/bin/flexgv
 WORK=$(mktemp -d)
@@ -40,6 +42,7 @@ for m in $MECHANISMS; do
 done
 [[ $MATRIX_S =~ ^[1-9][0-9]*$ && $MATRIX_ROUNDS =~ ^[1-9][0-9]*$ ]] ||
     { echo "MATRIX_S=$MATRIX_S MATRIX_ROUNDS=$MATRIX_ROUNDS: give whole numbers from 1"; exit 2; }
+[[ $MATRIX_RATE =~ ^(0\.[0-9]*[1-9][0-9]*|1(\.0*)?)$ ]] || { echo "MATRIX_RATE=$MATRIX_RATE: give a fraction of the peak rate, above 0 and at most 1"; exit 2; }
 load_ok() { [[ $1 =~ ^(matmul|conv|train[1-9][0-9]*|infer|infer-graph)$ ]]; }
 for p in $SHARE_PAIRS $PRIORITY_PAIRS; do
     [[ $p == *:* ]] && load_ok "${p%%:*}" && load_ok "${p#*:}" ||
@@ -58,7 +61,7 @@ echo "logs: $OUT"
 date -u +%Y-%m-%dT%H:%M:%SZ
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
-echo "MATRIX_S=$MATRIX_S MATRIX_ROUNDS=$MATRIX_ROUNDS MECHANISMS=\"$MECHANISMS\""
+echo "MATRIX_S=$MATRIX_S MATRIX_ROUNDS=$MATRIX_ROUNDS MATRIX_RATE=$MATRIX_RATE MECHANISMS=\"$MECHANISMS\""
 echo "SHARE_PAIRS=\"$SHARE_PAIRS\" PRIORITY_PAIRS=\"$PRIORITY_PAIRS\""
 R=$OUT/runs
 FAILED=$OUT/failed.txt # one line a run that failed
@@ -140,11 +143,12 @@ mps_stop() {
 }
 
 echo "== requests' peak rates, alone"
+mkdir -p "$R" && echo "$MATRIX_RATE" >"$R/rate.txt"
 for p in $PRIORITY_PAIRS; do
     a=${p%%:*}
     [ -s "$R/peak/$a.txt" ] && continue
     bounded "$R/peak/$a.peak" python3 $L "${a/infer/peak}" 5
-    python3 -c "import sys; print(float(open(sys.argv[1]).read()) / 2)" "$R/peak/$a.peak" >"$R/peak/$a.txt" ||
+    python3 -c "import sys; print(float(open(sys.argv[1]).read()) * float(sys.argv[2]))" "$R/peak/$a.peak" "$MATRIX_RATE" >"$R/peak/$a.txt" ||
         { echo "no peak rate for $a"; exit 1; }
 done
 for round in $(seq "$MATRIX_ROUNDS"); do

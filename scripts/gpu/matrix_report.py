@@ -11,7 +11,8 @@ A share is a floor: where the pair leaves the GPU room (together over
 100 % of their alone rates) a tenant past its share is no error; otherwise
 the error is the distance to the share. flexgv's target: a mean error
 ≤ 2 pp with the pair together ≥ 0.97 of what time-slicing gives it.
-Priority: a request's p50 and p99 over its own alone, and the trainer's
+Priority: a request's p50 and p99 over its own alone (requests at a
+fraction of their peak rate, runs/rate.txt), and the trainer's
 rate over its alone. flexgv's target: p50 and p99 no worse than
 time-slicing's with the trainer ≥ 0.9 of what time-slicing leaves it;
 under MPS, p99 ≤ 1.10× alone with the trainer ≥ 0.75.
@@ -129,7 +130,12 @@ if share_rows:
 prio_rows = [(a, b, medians("priority", a, b, mechs, priority(a, b)), mechs) for a, b, mechs in pairs("priority")]
 svgs = {f"{a}+{b}": cells for a, b, cells, _ in prio_rows}
 if prio_rows:
-    lines.append("Priority: a request (high) at half its peak rate beside a trainer (low); the request's p50 and p99 "
+    try:
+        with open(os.path.join(runs, "rate.txt")) as f:
+            rate = f"{float(f.read()):g} of its peak rate"
+    except (OSError, ValueError):
+        rate = "half its peak rate"
+    lines.append(f"Priority: a request (high) at {rate} beside a trainer (low); the request's p50 and p99 "
                  "÷ its own alone, the trainer's rate ÷ its alone\n")
     lines.append("| request / trainer | " + " | ".join(LABELS.values()) + " | flexgv's targets |")
     lines.append("| --- |" + " --- |" * (len(LABELS) + 1))
