@@ -25,11 +25,13 @@
  * (CUDA_ERROR_STREAM_CAPTURE_IMPLICIT; cuStreamIsCapturing only reports it).
  * An invalidated sequence refuses further work with
  * CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, and ending it returns that error and
- * a NULL graph.
+ * a NULL graph. Dependencies given with edge data (a capture into a
+ * graph, its dependencies updated) are refused: CUDA_ERROR_NOT_SUPPORTED.
  *
  * Everything here is under cap_lock; the fast paths read only ncaps, a
  * stream's cap and a context's blocking_captures. */
 #include "sim.h"
+#include "flexgv/graph_nodes.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -422,15 +424,13 @@ static CUresult begin_to_graph(CUstream h, CUgraph g, const CUgraphNode *deps, s
 SIM_EXPORT CUresult cuStreamBeginCaptureToGraph(CUstream h, CUgraph g, const CUgraphNode *deps,
                                                 const CUgraphEdgeData *edges, size_t ndeps, CUstreamCaptureMode mode)
 {
-    (void)edges;
-    return begin_to_graph(h, g, deps, ndeps, mode, 0);
+    return fg_plain_edges(edges, ndeps) ? begin_to_graph(h, g, deps, ndeps, mode, 0) : CUDA_ERROR_NOT_SUPPORTED;
 }
 SIM_EXPORT CUresult cuStreamBeginCaptureToGraph_ptsz(CUstream h, CUgraph g, const CUgraphNode *deps,
                                                      const CUgraphEdgeData *edges, size_t ndeps,
                                                      CUstreamCaptureMode mode)
 {
-    (void)edges;
-    return begin_to_graph(h, g, deps, ndeps, mode, 1);
+    return fg_plain_edges(edges, ndeps) ? begin_to_graph(h, g, deps, ndeps, mode, 1) : CUDA_ERROR_NOT_SUPPORTED;
 }
 
 /* What a capturing stream's next node follows: set to deps, or deps added
@@ -471,15 +471,13 @@ SIM_EXPORT CUresult cuStreamUpdateCaptureDependencies_ptsz(CUstream h, CUgraphNo
 SIM_EXPORT CUresult cuStreamUpdateCaptureDependencies_v2(CUstream h, CUgraphNode *deps,
                                                          const CUgraphEdgeData *edges, size_t n, unsigned int flags)
 {
-    (void)edges;
-    return update_deps(h, deps, n, flags, 0);
+    return fg_plain_edges(edges, n) ? update_deps(h, deps, n, flags, 0) : CUDA_ERROR_NOT_SUPPORTED;
 }
 SIM_EXPORT CUresult cuStreamUpdateCaptureDependencies_v2_ptsz(CUstream h, CUgraphNode *deps,
                                                               const CUgraphEdgeData *edges, size_t n,
                                                               unsigned int flags)
 {
-    (void)edges;
-    return update_deps(h, deps, n, flags, 1);
+    return fg_plain_edges(edges, n) ? update_deps(h, deps, n, flags, 1) : CUDA_ERROR_NOT_SUPPORTED;
 }
 
 SIM_EXPORT CUresult cuStreamBeginCapture(CUstream h) { return begin_capture(h, CU_STREAM_CAPTURE_MODE_GLOBAL, 0); }

@@ -68,6 +68,7 @@ struct sim_node {
     CUgraphNodeType type;
     struct sim_graph *graph;
     struct sim_node **deps;
+    CUgraphEdgeData *edata; /* each dependency's edge data; NULL: all plain */
     size_t ndeps;
     unsigned mark;
     union {
@@ -322,6 +323,7 @@ void sim_node_destroy(struct sim_node *n)
     }
     n->magic = 0;
     free(n->deps);
+    free(n->edata);
     free(n);
 }
 
@@ -585,8 +587,6 @@ static CUresult clone_bodies(struct sim_node *n)
     return CUDA_SUCCESS;
 }
 
-/* A copy of g (which has no memory nodes), edges dropped: inside a child
- * graph only the order matters to the simulation. */
 /* Of a node's dependencies in g, the clone c's nodes at their places. */
 static size_t clone_deps(const struct sim_graph *g, const struct sim_graph *c, const struct sim_node *n,
                          struct sim_node **out)
@@ -597,6 +597,15 @@ static size_t clone_deps(const struct sim_graph *g, const struct sim_graph *c, c
             if (g->nodes[j] == n->deps[d])
                 out[k++] = c->nodes[j];
     return k;
+}
+
+/* A copy of n's edge data (its dependencies' order is the clone's). */
+static CUgraphEdgeData *clone_edata(const struct sim_node *n)
+{
+    CUgraphEdgeData *e = malloc(n->ndeps * sizeof *e);
+    if (e)
+        memcpy(e, n->edata, n->ndeps * sizeof *e);
+    return e;
 }
 
 /* A copy of g, node for node and edge for edge. */
@@ -622,8 +631,9 @@ static struct sim_graph *clone_graph(const struct sim_graph *g)
                 n = NULL;
             }
         }
-        if (!n || sim_graph_append(c, n, deps, ndeps) != CUDA_SUCCESS) {
-            if (n)
+        if (!n || sim_graph_append(c, n, deps, ndeps) != CUDA_SUCCESS ||
+            (g->nodes[i]->edata && !(n->edata = clone_edata(g->nodes[i])))) {
+            if (n && n->graph != c)
                 sim_node_destroy(n);
             sim_graph_destroy(c);
             c = NULL;
@@ -864,23 +874,50 @@ SIM_EXPORT CUresult cuGraphGetRootNodes(CUgraph hGraph, CUgraphNode *rootNodes, 
     return CUDA_SUCCESS;
 }
 
+static const CUgraphEdgeData plain_edge;
+
+/* Dependency d of n's edge data. */
+static CUgraphEdgeData edge_of(const struct sim_node *n, size_t d) { return n->edata ? n->edata[d] : plain_edge; }
+
+static int plain(const CUgraphEdgeData *e) { return !memcmp(e, &plain_edge, sizeof *e); }
+
+/* Drops n's dependency d, its edge data with it. */
+static void drop_dep(struct sim_node *n, size_t d)
+{
+    memmove(&n->deps[d], &n->deps[d + 1], (n->ndeps - d - 1) * sizeof *n->deps);
+    if (n->edata)
+        memmove(&n->edata[d], &n->edata[d + 1], (n->ndeps - d - 1) * sizeof *n->edata);
+    n->ndeps--;
+}
+
 /* Every edge of the graph, from a dependency to the node needing it, in
- * the order of cuGraphGetNodes' nodes. */
-SIM_EXPORT CUresult cuGraphGetEdges(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, size_t *numEdges)
+ * the order of cuGraphGetNodes' nodes, with its data where asked: where
+ * not, an edge with data makes the query lossy (the count alone is not). */
+static CUresult get_edges(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *edgeData,
+                          size_t *numEdges)
 {
     struct sim_graph *g = as_graph(hGraph);
-    if (!g || !numEdges || (!from != !to))
+    if (!g || !numEdges || (!from != !to) || (edgeData && !from))
         return CUDA_ERROR_INVALID_VALUE;
     size_t k = 0, cap = *numEdges;
     for (size_t i = 0; i < g->n; i++)
-        for (size_t d = 0; d < g->nodes[i]->ndeps; d++, k++)
+        for (size_t d = 0; d < g->nodes[i]->ndeps; d++, k++) {
+            CUgraphEdgeData e = edge_of(g->nodes[i], d);
+            if (from && !edgeData && !plain(&e))
+                return CUDA_ERROR_LOSSY_QUERY;
             if (from && k < cap) {
                 from[k] = (CUgraphNode)g->nodes[i]->deps[d];
                 to[k] = (CUgraphNode)g->nodes[i];
+                if (edgeData)
+                    edgeData[k] = e;
             }
+        }
     if (from) {
-        for (size_t i = k; i < cap; i++)
+        for (size_t i = k; i < cap; i++) {
             from[i] = to[i] = NULL;
+            if (edgeData)
+                edgeData[i] = plain_edge;
+        }
         *numEdges = k < cap ? k : cap;
     } else {
         *numEdges = k;
@@ -888,14 +925,15 @@ SIM_EXPORT CUresult cuGraphGetEdges(CUgraph hGraph, CUgraphNode *from, CUgraphNo
     return CUDA_SUCCESS;
 }
 
-/* Edges carry no data here: each is the default kind. */
+SIM_EXPORT CUresult cuGraphGetEdges(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, size_t *numEdges)
+{
+    return get_edges(hGraph, from, to, NULL, numEdges);
+}
+
 SIM_EXPORT CUresult cuGraphGetEdges_v2(CUgraph hGraph, CUgraphNode *from, CUgraphNode *to, CUgraphEdgeData *edgeData,
                                        size_t *numEdges)
 {
-    CUresult r = cuGraphGetEdges(hGraph, from, to, numEdges);
-    if (r == CUDA_SUCCESS && edgeData && from)
-        memset(edgeData, 0, *numEdges * sizeof *edgeData);
-    return r;
+    return get_edges(hGraph, from, to, edgeData, numEdges);
 }
 
 SIM_EXPORT CUresult cuGraphHostNodeGetParams(CUgraphNode hNode, CUDA_HOST_NODE_PARAMS *nodeParams)
@@ -948,21 +986,36 @@ static void reorder(struct sim_graph *g)
         }
 }
 
-/* Edges from[i] -> to[i], of the default kind (a port or a programmatic
- * edge is not simulated). An edge already there, between graphs, or one
- * closing a cycle is refused and none is added. */
+/* Whether e may join a to b: ports leave kernels only, none arrives, and a
+ * programmatic edge joins two kernels from a port that triggers early. */
+static int edge_ok(const struct sim_node *a, const struct sim_node *b, const CUgraphEdgeData *e)
+{
+    for (size_t i = 0; i < sizeof e->reserved; i++)
+        if (e->reserved[i])
+            return 0;
+    int kernels = a->type == CU_GRAPH_NODE_TYPE_KERNEL && b->type == CU_GRAPH_NODE_TYPE_KERNEL;
+    if (e->to_port || e->from_port > CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER ||
+        (e->from_port && a->type != CU_GRAPH_NODE_TYPE_KERNEL))
+        return 0;
+    if (e->type == CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC)
+        return kernels && e->from_port != CU_GRAPH_KERNEL_NODE_PORT_DEFAULT;
+    return e->type == CU_GRAPH_DEPENDENCY_TYPE_DEFAULT && e->from_port != CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC;
+}
+
+/* Edges from[i] -> to[i], with their data. An edge whose data is not
+ * allowed, one already there, between graphs, or closing a cycle is
+ * refused and none is added. An edge that triggers early (a port, a
+ * programmatic edge) runs here as a plain one: the next node starts
+ * once the first is done, which such an edge allows too. */
 static CUresult add_edges(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to,
                           const CUgraphEdgeData *edgeData, size_t n)
 {
     struct sim_graph *g = as_graph(hGraph);
     if (!g || (n && (!from || !to)))
         return CUDA_ERROR_INVALID_VALUE;
-    for (size_t i = 0; edgeData && i < n; i++)
-        if (edgeData[i].from_port || edgeData[i].to_port || edgeData[i].type)
-            return CUDA_ERROR_NOT_SUPPORTED;
     for (size_t i = 0; i < n; i++) {
         struct sim_node *a = as_node(from[i]), *b = as_node(to[i]);
-        if (!a || !b || a == b || a->graph != g || b->graph != g)
+        if (!a || !b || a == b || a->graph != g || b->graph != g || (edgeData && !edge_ok(a, b, &edgeData[i])))
             return CUDA_ERROR_INVALID_VALUE;
         for (size_t d = 0; d < b->ndeps; d++)
             if (b->deps[d] == a)
@@ -975,8 +1028,18 @@ static CUresult add_edges(CUgraph hGraph, const CUgraphNode *from, const CUgraph
         struct sim_node **deps = realloc(b->deps, (b->ndeps + 1) * sizeof *deps);
         if (!deps)
             return CUDA_ERROR_OUT_OF_MEMORY;
-        deps[b->ndeps++] = a;
         b->deps = deps;
+        CUgraphEdgeData e = edgeData ? edgeData[i] : plain_edge;
+        if (b->edata || !plain(&e)) {
+            CUgraphEdgeData *ed = realloc(b->edata, (b->ndeps + 1) * sizeof *ed);
+            if (!ed)
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            if (!b->edata)
+                memset(ed, 0, b->ndeps * sizeof *ed);
+            ed[b->ndeps] = e;
+            b->edata = ed;
+        }
+        deps[b->ndeps++] = a;
     }
     reorder(g);
     return CUDA_SUCCESS;
@@ -1001,23 +1064,21 @@ static CUresult remove_edges(CUgraph hGraph, const CUgraphNode *from, const CUgr
     struct sim_graph *g = as_graph(hGraph);
     if (!g || (n && (!from || !to)))
         return CUDA_ERROR_INVALID_VALUE;
-    for (size_t i = 0; edgeData && i < n; i++)
-        if (edgeData[i].from_port || edgeData[i].to_port || edgeData[i].type)
-            return CUDA_ERROR_INVALID_VALUE; /* no such edge: all are plain here */
+    /* each as it was added: its data too (none given: a plain edge) */
     for (size_t i = 0; i < n; i++) {
         struct sim_node *a = as_node(from[i]), *b = as_node(to[i]);
         size_t d = 0;
         while (a && b && b->graph == g && d < b->ndeps && b->deps[d] != a)
             d++;
-        if (!a || !b || b->graph != g || d == b->ndeps)
+        CUgraphEdgeData want = edgeData ? edgeData[i] : plain_edge, had = d < (b ? b->ndeps : 0) ? edge_of(b, d) : want;
+        if (!a || !b || b->graph != g || d == b->ndeps || memcmp(&want, &had, sizeof want))
             return CUDA_ERROR_INVALID_VALUE;
     }
     for (size_t i = 0; i < n; i++) {
         struct sim_node *a = as_node(from[i]), *b = as_node(to[i]);
         for (size_t d = 0; d < b->ndeps; d++)
             if (b->deps[d] == a) {
-                memmove(&b->deps[d], &b->deps[d + 1], (b->ndeps - d - 1) * sizeof *b->deps);
-                b->ndeps--;
+                drop_dep(b, d);
                 break;
             }
     }
@@ -1044,26 +1105,32 @@ static CUresult node_edges(CUgraphNode hNode, int dependents, CUgraphNode *nodes
     struct sim_node *a = as_node(hNode);
     if (!a || !n)
         return CUDA_ERROR_INVALID_VALUE;
+    if (edgeData && !nodes)
+        return CUDA_ERROR_INVALID_VALUE;
     size_t k = 0, cap = *n;
-    if (!dependents) {
-        for (; k < a->ndeps; k++)
-            if (nodes && k < cap)
-                nodes[k] = (CUgraphNode)a->deps[k];
-    } else {
-        struct sim_graph *g = a->graph;
-        for (size_t i = 0; i < g->n; i++)
-            for (size_t d = 0; d < g->nodes[i]->ndeps; d++)
-                if (g->nodes[i]->deps[d] == a) {
-                    if (nodes && k < cap)
-                        nodes[k] = (CUgraphNode)g->nodes[i];
-                    k++;
-                }
+    struct sim_graph *g = a->graph;
+    for (size_t i = 0; i < (dependents ? g->n : 1); i++) {
+        struct sim_node *b = dependents ? g->nodes[i] : a;
+        for (size_t d = 0; d < b->ndeps; d++) {
+            if (dependents && b->deps[d] != a)
+                continue;
+            CUgraphEdgeData e = edge_of(b, d);
+            if (nodes && !edgeData && !plain(&e))
+                return CUDA_ERROR_LOSSY_QUERY;
+            if (nodes && k < cap) {
+                nodes[k] = (CUgraphNode)(dependents ? b : b->deps[d]);
+                if (edgeData)
+                    edgeData[k] = e;
+            }
+            k++;
+        }
     }
     if (nodes) {
-        for (size_t i = k; i < cap; i++)
+        for (size_t i = k; i < cap; i++) {
             nodes[i] = NULL;
-        if (edgeData)
-            memset(edgeData, 0, cap * sizeof *edgeData);
+            if (edgeData)
+                edgeData[i] = plain_edge;
+        }
         *n = k < cap ? k : cap;
     } else {
         *n = k;
@@ -1829,11 +1896,9 @@ SIM_EXPORT CUresult cuGraphDestroyNode(CUgraphNode hNode)
         struct sim_node *m = g->nodes[i];
         if (m == n)
             continue;
-        size_t d = 0;
-        for (size_t j = 0; j < m->ndeps; j++)
-            if (m->deps[j] != n)
-                m->deps[d++] = m->deps[j];
-        m->ndeps = d;
+        for (size_t j = m->ndeps; j-- > 0;)
+            if (m->deps[j] == n)
+                drop_dep(m, j);
         g->nodes[k++] = m;
     }
     g->n = k;
@@ -2052,9 +2117,11 @@ static int child_takes(struct sim_exec *x, const struct sim_graph *was, const st
         if (o->type != n->type || o->ndeps != n->ndeps || o->type == CU_GRAPH_NODE_TYPE_MEM_ALLOC ||
             o->type == CU_GRAPH_NODE_TYPE_MEM_FREE || o->type == CU_GRAPH_NODE_TYPE_CONDITIONAL)
             return 0;
-        for (size_t d = 0; d < o->ndeps; d++)
-            if (index_in(was, o->deps[d]) != index_in(by, n->deps[d]))
+        for (size_t d = 0; d < o->ndeps; d++) {
+            CUgraphEdgeData eo = edge_of(o, d), en = edge_of(n, d);
+            if (index_in(was, o->deps[d]) != index_in(by, n->deps[d]) || memcmp(&eo, &en, sizeof eo))
                 return 0;
+        }
         if (o->type == CU_GRAPH_NODE_TYPE_GRAPH) {
             if (!child_takes(x, o->u.child, n->u.child, apply))
                 return 0;

@@ -44,7 +44,18 @@ typedef cuuint64_t CUgraphConditionalHandle;
 /* Multicast objects: only named (refused remotely). */
 typedef struct CUmulticastObjectProp_st CUmulticastObjectProp;
 typedef enum CUmulticastGranularity_flags_enum { CU_MULTICAST_GRANULARITY_MINIMUM = 0, CU_MULTICAST_GRANULARITY_RECOMMENDED = 1 } CUmulticastGranularity_flags;
-/* An edge's kind (cuGraphAddDependencies_v2): 0s for a plain edge. */
+/* An edge's kind (cuGraphAddDependencies_v2): 0s for a plain edge. A
+ * kernel's edge may leave from a port of its own (from_port: it
+ * triggers before the kernel's end); a programmatic one lets the next
+ * kernel start once the first says so (from the programmatic or
+ * launch-order port, between kernels only). */
+typedef enum CUgraphDependencyType_enum {
+    CU_GRAPH_DEPENDENCY_TYPE_DEFAULT = 0,
+    CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC = 1
+} CUgraphDependencyType;
+#define CU_GRAPH_KERNEL_NODE_PORT_DEFAULT 0
+#define CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC 1
+#define CU_GRAPH_KERNEL_NODE_PORT_LAUNCH_ORDER 2
 typedef struct CUgraphEdgeData_st {
     unsigned char from_port;
     unsigned char to_port;

@@ -2049,24 +2049,62 @@ static int generic(CUcontext ctx)
     CHECK(cuStreamDestroy_v2(cs));
 
     /* An edge with data (a programmatic launch's), given by cuGraphAddNode_v2:
-     * the simulated GPU has plain edges only, so the node is not added. */
-    CUgraph e;
-    CUgraphNode k1, k2 = NULL;
+     * kept with the edge, read back (a query without room for the data is
+     * lossy, a count is not), cloned, removed only as it was added; data
+     * the documentation rules out (a port into a node, a programmatic edge
+     * from a memset) refused. */
+    CUgraph e, ec;
+    CUgraphNode k1, k2 = NULL, ms, bad2;
     CHECK(cuGraphCreate(&e, 0));
     p = node_of(CU_GRAPH_NODE_TYPE_KERNEL);
     p.kernel = one_thread(fill, fargs);
     CHECK(cuGraphAddNode(&k1, e, NULL, 0, &p));
-    CUgraphEdgeData ed;
+    CUgraphEdgeData ed, plain_ed;
     memset(&ed, 0, sizeof ed);
-    ed.from_port = 1; /* CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC */
-    ed.type = 1;      /* CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC */
+    memset(&plain_ed, 0, sizeof plain_ed);
+    ed.from_port = CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC;
+    ed.type = CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC;
     CUresult r = cuGraphAddNode_v2(&k2, e, &k1, &ed, 1, &p);
-    CHECK(cuGraphGetNodes(e, NULL, &count));
-    printf("a kernel node after a programmatic edge: %s, nodes %zu, handed back %s\n", result_name(r), count,
-           k2 ? "yes" : "no");
+    CUgraphNode from[2], to[2], dep[1];
+    CUgraphEdgeData got[2];
+    size_t ne = 2, nd = 1, counted = 0;
+    CHECK(cuGraphGetEdges_v2(e, from, to, got, &ne));
+    printf("a kernel node after a programmatic edge: %s; %zu edge, %s, port %u type %u", result_name(r), ne,
+           ne && from[0] == k1 && to[0] == k2 ? "first to second" : "elsewhere", ne ? (unsigned)got[0].from_port : 0,
+           ne ? (unsigned)got[0].type : 0);
+    ne = 2;
+    printf("; without its data: %s, %s", result_name(cuGraphGetEdges(e, from, to, &ne)),
+           result_name(cuGraphNodeGetDependencies(k2, dep, &nd)));
+    printf("; counted: %s", result_name(cuGraphGetEdges(e, NULL, NULL, &counted)));
+    nd = 1;
+    memset(got, 0, sizeof got);
+    CHECK(cuGraphNodeGetDependentNodes_v2(k1, dep, got, &nd));
+    printf(" %zu; the first's dependent %s, type %u\n", counted, nd && dep[0] == k2 ? "the second" : "another",
+           (unsigned)got[0].type);
+    CHECK(cuGraphClone(&ec, e));
+    ne = 2;
+    CHECK(cuGraphGetEdges_v2(ec, from, to, got, &ne));
+    printf("cloned: %zu edge, port %u type %u; removed as plain: %s, as added: %s\n", ne,
+           ne ? (unsigned)got[0].from_port : 0, ne ? (unsigned)got[0].type : 0,
+           result_name(cuGraphRemoveDependencies_v2(e, &k1, &k2, &plain_ed, 1)),
+           result_name(cuGraphRemoveDependencies_v2(e, &k1, &k2, &ed, 1)));
+    CHECK(cuGraphDestroy(ec));
+    p = memset_node(w + 60, 0x11, 4, ctx);
+    CHECK(cuGraphAddNode(&ms, e, NULL, 0, &p));
+    printf("a programmatic edge from a memset: %s", result_name(cuGraphAddDependencies_v2(e, &ms, &k2, &ed, 1)));
     memset(&ed, 0, sizeof ed);
-    CHECK(cuGraphAddNode_v2(&k2, e, &k1, &ed, 1, &p));
-    size_t ne = 0;
+    ed.to_port = 1;
+    printf("; a port into a node: %s", result_name(cuGraphAddDependencies_v2(e, &k1, &k2, &ed, 1)));
+    ed.to_port = 0;
+    ed.from_port = CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC;
+    ed.type = CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC;
+    printf("; a capture after one (not simulated): %s\n",
+           result_name(cuStreamBeginCaptureToGraph(st, e, &k1, &ed, 1, CU_STREAM_CAPTURE_MODE_RELAXED)));
+    memset(&ed, 0, sizeof ed);
+    p = node_of(CU_GRAPH_NODE_TYPE_KERNEL);
+    p.kernel = one_thread(fill, fargs);
+    CHECK(cuGraphAddNode_v2(&bad2, e, &k1, &ed, 1, &p));
+    ne = 0;
     CHECK(cuGraphGetEdges(e, NULL, NULL, &ne));
     printf("after a plain edge: %zu edge\n", ne);
     CHECK(cuGraphDestroy(e));

@@ -99,7 +99,10 @@ func TestRemoteGraphNodesOfEveryKind(t *testing.T) {
 		" 32=22 36=22 40=11 48=33", "executable's batch node set: CUDA_SUCCESS\n", " 32=44 36=44 40=33 48=33",
 		"the graph's node keeps 0x11\na write outside device memory: CUDA_ERROR_INVALID_VALUE\n17 operations: CUDA_ERROR_NOT_SUPPORTED\nbatch graph nodes: 1\n",
 		"a batch node launched after its word was freed: CUDA_SUCCESS\ncaptured write: 1 node of type 12, word 44 before its launch 0; after 0x55\n",
-		"a kernel node after a programmatic edge: CUDA_ERROR_NOT_SUPPORTED, nodes 1, handed back no\nafter a plain edge: 1 edge\n",
+		"a kernel node after a programmatic edge: CUDA_SUCCESS; 1 edge, first to second, port 1 type 1; without its data: CUDA_ERROR_LOSSY_QUERY, " +
+			"CUDA_ERROR_LOSSY_QUERY; counted: CUDA_SUCCESS 1; the first's dependent the second, type 1\n" +
+			"cloned: 1 edge, port 1 type 1; removed as plain: CUDA_ERROR_INVALID_VALUE, as added: CUDA_SUCCESS\n" +
+			"a programmatic edge from a memset: CUDA_ERROR_INVALID_VALUE; a port into a node: CUDA_ERROR_INVALID_VALUE; a capture after one (not simulated): CUDA_ERROR_NOT_SUPPORTED\nafter a plain edge: 1 edge\n",
 		"moved: the node's graph is the program's yes; destroyed alone: CUDA_ERROR_INVALID_VALUE; moved again: CUDA_ERROR_NOT_SUPPORTED; cloned: CUDA_ERROR_NOT_SUPPORTED\nthe graph holding it moved into it: CUDA_ERROR_INVALID_VALUE\ninstantiated alone: CUDA_ERROR_NOT_SUPPORTED\nits node set in the outer graph's executable: CUDA_SUCCESS\n",
 		" 56=77 57=77 58=77 59=77\n",
 	} {
