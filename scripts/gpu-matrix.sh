@@ -99,6 +99,14 @@ under() {
     mpsthreads/trn) echo env CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50 ;;
     esac
 }
+# look DIR MECHANISM START: halfway through a pair flexgv schedules, its
+# scheduler's view (hand-overs, waits, each tenant's time) into DIR/top.txt.
+look() {
+    [[ $2 == *flexgv ]] || return 0
+    sleep "$(python3 -c "import time; print(max(0, $3 + $MATRIX_S / 2 - time.time()))")"
+    "$FLEXGV" top --once >"$1/top.txt" 2>&1
+    python3 scripts/gpu/region_dump.py "$FLEXGV_STATE_DIR" >>"$1/top.txt" 2>&1
+}
 # pair ROUND MECHANISM: every pair of both kinds under MECHANISM, together.
 # A priority pair's request starts a second after its trainer and stops
 # a second before, so that it meets the trainer's work throughout.
@@ -111,6 +119,7 @@ pair() {
         bounded "$d/a.txt" $(under "$m" a) $(load "$a" "$MATRIX_S" "$T") &
         pa=$!
         bounded "$d/b.txt" $(under "$m" b) $(load "$b" "$MATRIX_S" "$T") &
+        look "$d" "$m" "$T"
         wait $pa $! # by pid: a bare wait would wait for the log's tee too
     done
     for p in $PRIORITY_PAIRS; do
@@ -119,6 +128,7 @@ pair() {
         bounded "$d/trn.txt" $(under "$m" trn) $(load "$b" $((MATRIX_S + 2)) "$T") &
         pa=$!
         bounded "$d/req.txt" $(under "$m" req) $(load "$a" "$MATRIX_S" $((T + 1))) &
+        look "$d" "$m" "$T"
         wait $pa $!
     done
 }
