@@ -44,7 +44,14 @@ def result(path, what):
 
 
 def alone(load, rnd, what):
-    return result(os.path.join(runs, "alone", load, f"{rnd}.txt"), what)
+    """A load's figures alone in round rnd; a load that did no work alone is
+    no result (nothing to divide by)."""
+    path = os.path.join(runs, "alone", load, f"{rnd}.txt")
+    v = result(path, what)
+    if v == 0:
+        bad.append(os.path.relpath(path, d))
+        return None
+    return v
 
 
 def pairs(kind):
