@@ -178,8 +178,10 @@ def svg(name, cells):
            f'<line x1="{left}" y1="{top}" x2="{left}" y2="{h - bottom}" stroke="black"/>']
     for v in (0, 0.25, 0.5, 0.75, 1.0):
         out.append(f'<text x="{x(v):.1f}" y="{h - bottom + 14}" text-anchor="middle">{v:.2f}</text>')
+    last = None  # the last tick drawn: ticks closer than a label's height are left out
     for v in (1, 1.1, 1.25, 1.5, 2, 3, 5, 10, 100, 1000, 10000):
-        if lo <= math.log10(v) <= hi:
+        if lo <= math.log10(v) <= hi and (last is None or last - y(v) >= 14):
+            last = y(v)
             out.append(f'<line x1="{left}" y1="{y(v):.1f}" x2="{w - right}" y2="{y(v):.1f}" stroke="#ddd"/>')
             out.append(f'<text x="{left - 4}" y="{y(v) + 4:.1f}" text-anchor="end">{v}×</text>')
     out.append(f'<text x="{(left + w - right) / 2:.0f}" y="{h - 6}" text-anchor="middle">trainer\'s rate ÷ alone</text>')

@@ -1,7 +1,10 @@
 package e2e
 
 import (
+	"bytes"
+	"encoding/xml"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -221,9 +224,17 @@ func TestMatrixReportJudgesWithinARound(t *testing.T) {
 			t.Errorf("matrix_report.py: exit %d, does not say %q:\n%s", code, want, out)
 		}
 	}
-	if b, err := os.ReadFile(filepath.Join(dir, "svg", "priority-infer+matmul.svg")); err != nil ||
-		!strings.Contains(string(b), ">flexgv under MPS</text>") || strings.Contains(string(b), ">MPS</text>") {
+	b, err := os.ReadFile(filepath.Join(dir, "svg", "priority-infer+matmul.svg"))
+	if err != nil || !strings.Contains(string(b), ">flexgv under MPS</text>") || strings.Contains(string(b), ">MPS</text>") {
 		t.Errorf("the pair's SVG has a point a way of sharing that ran: %v\n%s", err, b)
+	}
+	// well-formed, as a browser needs it
+	for d := xml.NewDecoder(bytes.NewReader(b)); ; {
+		if _, err := d.Token(); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatalf("the pair's SVG is not well-formed XML: %v\n%s", err, b)
+		}
 	}
 	// A trainer that printed nothing in round 2: that round is no result,
 	// the report fails and round 1 alone gives the figure.
