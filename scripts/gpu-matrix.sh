@@ -18,6 +18,9 @@
 #                   at 50), mpsflexgv (flexgv under MPS)
 #   MATRIX_S        seconds a pair runs together (default 15)
 #   MATRIX_ROUNDS   rounds (default 1)
+#   MATRIX_WARM     seconds a pair's processes get to set up (default 15)
+# The defaults take about half an hour (the script says how long at its
+# start): fewer pairs or ways of sharing a run where time is short.
 # Each run's output goes to OUTDIR/runs/KIND/A+B/MECHANISM/ROUND/; then
 # scripts/gpu/matrix_report.py writes OUTDIR/matrix.md (the tables for
 # docs/MEASUREMENTS.md) and an SVG a priority pair (p99 against the
@@ -67,6 +70,11 @@ R=$OUT/runs
 FAILED=$OUT/failed.txt # one line a run that failed
 rm -f "$FAILED"
 WARM=${MATRIX_WARM:-15} # seconds for every process of a pair to be set up before they start together
+# each pair run takes its start (WARM) and MATRIX_S; each load alone, its
+# set-up (~5 s) and MATRIX_S
+npairs=$(($(wc -w <<<"$SHARE_PAIRS $PRIORITY_PAIRS") * $(wc -w <<<"$MECHANISMS")))
+nloads=$(printf '%s\n' $SHARE_PAIRS $PRIORITY_PAIRS | tr ':' '\n' | sort -u | wc -l)
+echo "about $(((npairs * (WARM + MATRIX_S + 2) + nloads * (MATRIX_S + 5)) * MATRIX_ROUNDS / 60 + 1)) minutes"
 at() { echo $(($(date +%s) + WARM)); }
 # bounded FILE CMD...: CMD's output into FILE, ended if it overruns.
 bounded() {
