@@ -4,9 +4,10 @@
 // cloned child graph, an event record, a free and an empty node, each read
 // back by cuGraphNodeGetParams; launched; parameters changed in the graph
 // and in an executable and launched again; kinds refused; a batch memory
-// operation node; an edge with data (a programmatic launch's); a child
-// graph moved into its node (CUDA 12.9), its parent moved in turn, its own
-// node set in the outermost graph's executable. Prints results by name and
+// operation node; an edge with data (a programmatic launch's), given and
+// made by a capture of a kernel launched with programmatic stream
+// serialization; a child graph moved into its node (CUDA 12.9), its parent
+// moved in turn, its own node set in the outermost graph's executable. Prints results by name and
 // bytes as they are, so that the output remotely can be compared with the
 // output natively (scripts/gpu-remote-cudart.sh).
 //     nvcc -O2 -o graphgeneric graphgeneric.cu -lcuda
@@ -319,6 +320,27 @@ int main()
     printf("a kernel node after a programmatic edge: %s, nodes %zu; edges %zu, port %u type %u\n", name(r), count, ne,
            ne ? (unsigned)got[0].from_port : 0, ne ? (unsigned)got[0].type : 0);
     DRV(cuGraphDestroy(e));
+
+    // What edge a capture makes to a kernel launched with programmatic
+    // stream serialization after another kernel.
+    CUstream ps;
+    CUgraph pg;
+    DRV(cuStreamCreate(&ps, CU_STREAM_NON_BLOCKING));
+    DRV(cuStreamBeginCapture(ps, CU_STREAM_CAPTURE_MODE_RELAXED));
+    DRV(cuLaunchKernel(fill_fn, 1, 1, 1, 1, 1, 1, 0, ps, fargs, NULL));
+    CUlaunchAttribute pa;
+    memset(&pa, 0, sizeof pa);
+    pa.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    pa.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig pcfg = {1, 1, 1, 1, 1, 1, 0, ps, &pa, 1};
+    r = cuLaunchKernelEx(&pcfg, fill_fn, fargs, NULL);
+    DRV(cuStreamEndCapture(ps, &pg));
+    ne = 2;
+    DRV(get_edges(pg, from, to, got, &ne));
+    printf("captured after programmatic serialization: %s; edges %zu, port %u type %u\n", name(r), ne,
+           ne ? (unsigned)got[0].from_port : 0, ne ? (unsigned)got[0].type : 0);
+    DRV(cuGraphDestroy(pg));
+    DRV(cuStreamDestroy(ps));
 
     // A child graph moved into its node.
     CUgraph moved, parent, back = NULL;
