@@ -1002,44 +1002,57 @@ static int edge_ok(const struct sim_node *a, const struct sim_node *b, const CUg
     return e->type == CU_GRAPH_DEPENDENCY_TYPE_DEFAULT && e->from_port != CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC;
 }
 
-/* Edges from[i] -> to[i], with their data. An edge whose data is not
- * allowed, one already there, between graphs, or closing a cycle is
- * refused and none is added. An edge that triggers early (a port, a
- * programmatic edge) runs here as a plain one: the next node starts
- * once the first is done, which such an edge allows too. */
+/* Appends dependency a, with edge data e, to b. */
+static CUresult append_dep(struct sim_node *b, struct sim_node *a, CUgraphEdgeData e)
+{
+    struct sim_node **deps = realloc(b->deps, (b->ndeps + 1) * sizeof *deps);
+    if (!deps)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    b->deps = deps;
+    if (b->edata || !plain(&e)) {
+        CUgraphEdgeData *ed = realloc(b->edata, (b->ndeps + 1) * sizeof *ed);
+        if (!ed)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        if (!b->edata)
+            memset(ed, 0, b->ndeps * sizeof *ed);
+        ed[b->ndeps] = e;
+        b->edata = ed;
+    }
+    deps[b->ndeps++] = a;
+    return CUDA_SUCCESS;
+}
+
+/* Edges from[i] -> to[i], with their data, each checked against the graph
+ * with the ones before it: an edge whose data is not allowed, one already
+ * there (or given twice), between graphs, or closing a cycle is refused
+ * and none is added. An edge that triggers early (a port, a programmatic
+ * edge) runs here as a plain one: the next node starts once the first is
+ * done, which such an edge allows too. */
 static CUresult add_edges(CUgraph hGraph, const CUgraphNode *from, const CUgraphNode *to,
                           const CUgraphEdgeData *edgeData, size_t n)
 {
     struct sim_graph *g = as_graph(hGraph);
     if (!g || (n && (!from || !to)))
         return CUDA_ERROR_INVALID_VALUE;
-    for (size_t i = 0; i < n; i++) {
+    CUresult r = CUDA_SUCCESS;
+    size_t i = 0;
+    for (; i < n; i++) {
         struct sim_node *a = as_node(from[i]), *b = as_node(to[i]);
-        if (!a || !b || a == b || a->graph != g || b->graph != g || (edgeData && !edge_ok(a, b, &edgeData[i])))
-            return CUDA_ERROR_INVALID_VALUE;
-        for (size_t d = 0; d < b->ndeps; d++)
-            if (b->deps[d] == a)
-                return CUDA_ERROR_INVALID_VALUE;
-        if (reaches(g, &a, 1, b))
-            return CUDA_ERROR_INVALID_VALUE;
-    }
-    for (size_t i = 0; i < n; i++) {
-        struct sim_node *a = as_node(from[i]), *b = as_node(to[i]);
-        struct sim_node **deps = realloc(b->deps, (b->ndeps + 1) * sizeof *deps);
-        if (!deps)
-            return CUDA_ERROR_OUT_OF_MEMORY;
-        b->deps = deps;
-        CUgraphEdgeData e = edgeData ? edgeData[i] : plain_edge;
-        if (b->edata || !plain(&e)) {
-            CUgraphEdgeData *ed = realloc(b->edata, (b->ndeps + 1) * sizeof *ed);
-            if (!ed)
-                return CUDA_ERROR_OUT_OF_MEMORY;
-            if (!b->edata)
-                memset(ed, 0, b->ndeps * sizeof *ed);
-            ed[b->ndeps] = e;
-            b->edata = ed;
+        size_t d = 0;
+        while (a && b && d < b->ndeps && b->deps[d] != a)
+            d++;
+        if (!a || !b || a == b || a->graph != g || b->graph != g || d < b->ndeps ||
+            (edgeData && !edge_ok(a, b, &edgeData[i])) || reaches(g, &a, 1, b)) {
+            r = CUDA_ERROR_INVALID_VALUE;
+            break;
         }
-        deps[b->ndeps++] = a;
+        if ((r = append_dep(b, a, edgeData ? edgeData[i] : plain_edge)) != CUDA_SUCCESS)
+            break;
+    }
+    if (r != CUDA_SUCCESS) {
+        while (i-- > 0) /* the call's edges, the last first */
+            drop_dep(as_node(to[i]), as_node(to[i])->ndeps - 1);
+        return r;
     }
     reorder(g);
     return CUDA_SUCCESS;
@@ -1064,7 +1077,8 @@ static CUresult remove_edges(CUgraph hGraph, const CUgraphNode *from, const CUgr
     struct sim_graph *g = as_graph(hGraph);
     if (!g || (n && (!from || !to)))
         return CUDA_ERROR_INVALID_VALUE;
-    /* each as it was added: its data too (none given: a plain edge) */
+    /* each as it was added: its data too (none given: a plain edge), and
+     * once (an edge is there once) */
     for (size_t i = 0; i < n; i++) {
         struct sim_node *a = as_node(from[i]), *b = as_node(to[i]);
         size_t d = 0;
@@ -1073,6 +1087,9 @@ static CUresult remove_edges(CUgraph hGraph, const CUgraphNode *from, const CUgr
         CUgraphEdgeData want = edgeData ? edgeData[i] : plain_edge, had = d < (b ? b->ndeps : 0) ? edge_of(b, d) : want;
         if (!a || !b || b->graph != g || d == b->ndeps || memcmp(&want, &had, sizeof want))
             return CUDA_ERROR_INVALID_VALUE;
+        for (size_t j = 0; j < i; j++)
+            if (from[j] == from[i] && to[j] == to[i])
+                return CUDA_ERROR_INVALID_VALUE;
     }
     for (size_t i = 0; i < n; i++) {
         struct sim_node *a = as_node(from[i]), *b = as_node(to[i]);

@@ -2106,7 +2106,16 @@ static int generic(CUcontext ctx)
     CHECK(cuGraphAddNode_v2(&bad2, e, &k1, &ed, 1, &p));
     ne = 0;
     CHECK(cuGraphGetEdges(e, NULL, NULL, &ne));
-    printf("after a plain edge: %zu edge\n", ne);
+    printf("after a plain edge: %zu edge", ne);
+    /* edges checked with the ones before them in the same call */
+    CUgraphNode ring_from[2] = {k2, bad2}, ring_to[2] = {bad2, k2}, twice_from[2] = {k2, k2}, twice_to[2] = {bad2, bad2};
+    printf("; a cycle in one call: %s", result_name(cuGraphAddDependencies(e, ring_from, ring_to, 2)));
+    printf(", an edge twice in one call: %s", result_name(cuGraphAddDependencies(e, twice_from, twice_to, 2)));
+    CUgraphNode once_from[2] = {k1, k1}, once_to[2] = {bad2, bad2};
+    printf(", removed twice in one: %s", result_name(cuGraphRemoveDependencies(e, once_from, once_to, 2)));
+    ne = 0;
+    CHECK(cuGraphGetEdges(e, NULL, NULL, &ne));
+    printf("; edges still %zu\n", ne);
     CHECK(cuGraphDestroy(e));
 
     /* A child graph moved into its node: the program's graph is the node's,
