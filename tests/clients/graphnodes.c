@@ -2096,6 +2096,16 @@ static int generic(CUcontext ctx)
     ed.to_port = 1;
     printf("; a port into a node: %s", result_name(cuGraphAddDependencies_v2(e, &k1, &k2, &ed, 1)));
     ed.to_port = 0;
+    ed.reserved[4] = 1;
+    printf("; reserved bytes set: %s", result_name(cuGraphAddDependencies_v2(e, &k1, &k2, &ed, 1)));
+    ed.reserved[4] = 0;
+    ed.type = 2;
+    printf("; kind 2: %s", result_name(cuGraphAddDependencies_v2(e, &k1, &k2, &ed, 1)));
+    ed.type = CU_GRAPH_DEPENDENCY_TYPE_DEFAULT;
+    ed.from_port = 3;
+    printf("; port 3: %s", result_name(cuGraphAddDependencies_v2(e, &k1, &k2, &ed, 1)));
+    ed.from_port = CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC;
+    printf("; the programmatic port on a plain edge: %s", result_name(cuGraphAddDependencies_v2(e, &k1, &k2, &ed, 1)));
     ed.from_port = CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC;
     ed.type = CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC;
     printf("; a capture after one (not simulated): %s\n",

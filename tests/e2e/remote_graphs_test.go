@@ -102,7 +102,8 @@ func TestRemoteGraphNodesOfEveryKind(t *testing.T) {
 		"a kernel node after a programmatic edge: CUDA_SUCCESS; 1 edge, first to second, port 1 type 1; without its data: CUDA_ERROR_LOSSY_QUERY, " +
 			"CUDA_ERROR_LOSSY_QUERY; counted: CUDA_SUCCESS 1; the first's dependent the second, type 1\n" +
 			"cloned: 1 edge, port 1 type 1; removed as plain: CUDA_ERROR_INVALID_VALUE, as added: CUDA_SUCCESS\n" +
-			"a programmatic edge from a memset: CUDA_ERROR_INVALID_VALUE; a port into a node: CUDA_ERROR_INVALID_VALUE; a capture after one (not simulated): CUDA_ERROR_NOT_SUPPORTED\nafter a plain edge: 1 edge; a cycle in one call: CUDA_ERROR_INVALID_VALUE, an edge twice in one call: CUDA_ERROR_INVALID_VALUE, removed twice in one: CUDA_ERROR_INVALID_VALUE; edges still 1\n",
+			"a programmatic edge from a memset: CUDA_ERROR_INVALID_VALUE; a port into a node: CUDA_ERROR_INVALID_VALUE; reserved bytes set: CUDA_ERROR_INVALID_VALUE; kind 2: CUDA_ERROR_INVALID_VALUE; " +
+			"port 3: CUDA_ERROR_INVALID_VALUE; the programmatic port on a plain edge: CUDA_ERROR_INVALID_VALUE; a capture after one (not simulated): CUDA_ERROR_NOT_SUPPORTED\nafter a plain edge: 1 edge; a cycle in one call: CUDA_ERROR_INVALID_VALUE, an edge twice in one call: CUDA_ERROR_INVALID_VALUE, removed twice in one: CUDA_ERROR_INVALID_VALUE; edges still 1\n",
 		"moved: the node's graph is the program's yes; destroyed alone: CUDA_ERROR_INVALID_VALUE; moved again: CUDA_ERROR_NOT_SUPPORTED; cloned: CUDA_ERROR_NOT_SUPPORTED\nthe graph holding it moved into it: CUDA_ERROR_INVALID_VALUE\ninstantiated alone: CUDA_ERROR_NOT_SUPPORTED\nits node set in the outer graph's executable: CUDA_SUCCESS\n",
 		" 56=77 57=77 58=77 59=77\n",
 	} {
