@@ -176,7 +176,7 @@ CUresult fg_compute_cuGraphLaunch_ptsz(fg_real_cuGraphLaunch_ptsz next, CUgraphE
 static CUresult synced_on(CUresult r, int dev, uint64_t at, const CUstream *s, uint64_t upto)
 {
     struct gpu *g = r == CUDA_SUCCESS ? scheduled(dev) : NULL;
-    if (g && g->mps)
+    if (g)
         note_request(g, at, fg_now_ns());
     if (!g || (!__atomic_load_n(&g->flight.count, __ATOMIC_RELAXED) &&
                (LOAD(&g->hdr->holder) != g->mine + 1 || !others_in(g, g->hdr->waiting))))

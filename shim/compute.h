@@ -56,7 +56,8 @@
  * compute_turns.c, who holds the GPU and when it changes hands;
  * compute_gang.c, the order of a gang's turns across GPUs; compute_cap.c,
  * a cap's bucket; compute_flight.c, the launches in flight;
- * compute_mps.c, running beside the holder under MPS; compute_region.c,
+ * compute_beside.c, running beside the holder (under MPS, or in a
+ * host-bound equal's gaps); compute_region.c,
  * the scheduler region and this process's slot in it. Each GPU's state,
  * struct gpu, has a part per owner. */
 #ifndef FLEXGV_COMPUTE_H
@@ -103,6 +104,12 @@ enum { RING = 256 };                  /* launches tracked in flight per GPU, at 
 #endif
 #ifndef BESIDE_HOST
 #define BESIDE_HOST 7500u             /* under MPS, a higher holder this bound by its host is run beside */
+#endif
+#ifndef FILL_AHEAD_NS
+#define FILL_AHEAD_NS 2000000ll       /* what a fill keeps in flight: what the holder's next kernel may wait for */
+#endif
+#ifndef FILL_HOST
+#define FILL_HOST 6000u               /* an equal holder this bound by its host (and by its share) has its gaps filled */
 #endif
 #ifndef GANG_AHEAD_NS
 #define GANG_AHEAD_NS 200000ull       /* a gang's rank stops this long before its lower GPU's quantum ends... */
@@ -175,13 +182,15 @@ struct gang {
     uint64_t turn, from, launches;
 };
 
-/* Under MPS, what we run beside the holder and what tells whether others
- * may run beside us. */
+/* What we run beside the holder and what tells whether others may run
+ * beside us. */
 struct side {
     int ran;                   /* we launched beside the holder since our last turn */
+    int fill;                  /* ...in an equal's gaps (paid in virtual time) */
     /* the request under way: its first launch since the last synchronization
      * (0: none) and its time spent in gate since then (atomic) */
     uint64_t request_at, request_gated;
+    uint64_t issued_avg, took_avg; /* moving sums of requests' host work and time (note_request) */
     uint32_t alive_h;          /* the holder (slot + 1) last seen alive, at alive_at */
     uint64_t alive_at;
 };
@@ -203,7 +212,7 @@ struct gpu {
     struct busy cap;      /* compute_cap.c */
     struct turn turn;     /* compute_turns.c, compute_gate.c */
     struct gang gang;     /* compute_gate.c */
-    struct side side;     /* compute_mps.c, compute_gate.c */
+    struct side side;     /* compute_beside.c, compute_gate.c */
 };
 
 /* ---- what every part reads, inline: a launch pays no call for them ---- */
@@ -383,10 +392,14 @@ void turn_clock_settle(struct gpu *g);
 /* The pause since the last synchronization, if any, ends at now. */
 void pause_ends(struct gpu *g, uint64_t now);
 
-/* ---- running beside the holder under MPS (compute_mps.c) ---- */
+/* ---- running beside the holder (compute_beside.c) ---- */
 
 /* Whether we may launch beside holder h (slot + 1) without holding g. */
 int beside(struct gpu *g, uint32_t h, uint64_t now);
+/* Whether we may fill the gaps of holder h, an equal bound by its host. */
+int fills(struct gpu *g, uint32_t h, uint64_t now);
+/* Charges our tenant's virtual time for ns of work run in a holder's gaps. */
+void pay_fill(struct gpu *g, uint64_t ns, uint64_t now);
 /* Whether every other process on g runs beside us. */
 int beside_us(struct gpu *g);
 /* Whether this process holds each of its n GPUs, uncapped, with only

@@ -157,10 +157,14 @@ void reap(struct gpu *g, uint64_t now)
     if (done && now > start) {
         uint64_t busy = now - start, each = busy / done;
         /* Work run beside the holder is GPU time the tenant had as much as
-         * a holder's, for readers of the region (not its virtual time:
-         * the holder did not wait for it). */
-        if (g->side.ran && !g->turn.holding)
+         * a holder's, for readers of the region; in its virtual time too
+         * where it filled an equal's gaps (beside a higher priority under
+         * MPS, the holder did not wait for it). */
+        if (g->side.ran && !g->turn.holding) {
             ADD(&g->t->held_ns, busy);
+            if (g->side.fill)
+                pay_fill(g, busy, now);
+        }
         for (unsigned i = 0; i < done; i++)
             g->flight.avg = g->flight.avg ? (7 * g->flight.avg + each) / 8 : each;
         g->flight.last_done = now;

@@ -56,7 +56,7 @@ static int as_holder(struct gpu *g, uint64_t now)
         g->turn.holding = 1;
         turn_clock_settle(g);
         g->turn.clock_want = !g->turn.clock1;
-        g->side.ran = 0;
+        g->side.ran = g->side.fill = 0;
         /* since_ns is ahead while the last holder's work left running runs */
         uint64_t since = LOAD(&g->hdr->since_ns);
         g->turn.at = since < now ? since : now;
@@ -116,12 +116,12 @@ static int as_holder(struct gpu *g, uint64_t now)
  * locked throughout, but for waits). */
 void gate(struct gpu *g)
 {
-    /* Only MPS clients measure their requests (for beside). */
-    uint64_t waited_from = 0, entered = g->mps ? fg_now_ns() : 0;
+    /* Requests are measured from here (how bound by its host: beside, fills). */
+    uint64_t waited_from = 0, entered = fg_now_ns();
     int by = 0; /* launching beside the holder */
-    if (entered && !__atomic_load_n(&g->side.request_at, __ATOMIC_RELAXED))
+    if (!__atomic_load_n(&g->side.request_at, __ATOMIC_RELAXED))
         __atomic_store_n(&g->side.request_at, entered, __ATOMIC_RELAXED);
-    pause_ends(g, fg_now_ns());
+    pause_ends(g, entered);
     for (int looked = 0;; looked = 1) {
         if (__atomic_load_n(&g->state, __ATOMIC_ACQUIRE) != G_READY)
             break; /* the region was lost under us */
@@ -165,6 +165,18 @@ void gate(struct gpu *g)
             by = g->side.ran = 1;
             break;
         }
+        /* In an equal's gaps: FILL_AHEAD_NS in flight, one launch at least. */
+        if (fills(g, h, now)) {
+            if (waited_from)
+                ADD(&g->t->waited_ns, now - waited_from);
+            waited_from = 0;
+            if (g->flight.count && (ahead(g, now) >= FILL_AHEAD_NS || g->flight.count >= RING)) {
+                wait_oldest(g);
+                continue;
+            }
+            by = g->side.ran = g->side.fill = 1;
+            break;
+        }
         if (may_take(g, h, now) && best_waiter(g, -1) == (int)g->mine && take(g, h, now))
             continue;
         sleep_on(g, LOAD(&g->hdr->gen), POLL_NS);
@@ -175,9 +187,8 @@ void gate(struct gpu *g)
     }
     if (!by && g->hdr && mask_has(g->hdr->waiting, g->mine))
         mask_clear(g->hdr->waiting, g->mine);
-    uint64_t left = waited_from || entered ? fg_now_ns() : 0;
+    uint64_t left = fg_now_ns();
     if (waited_from && g->t)
         ADD(&g->t->waited_ns, left - waited_from);
-    if (entered)
-        __atomic_fetch_add(&g->side.request_gated, left - entered, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&g->side.request_gated, left - entered, __ATOMIC_RELAXED);
 }

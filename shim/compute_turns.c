@@ -54,6 +54,13 @@ void pay(struct gpu *g, struct fg_sched_tenant *t, uint64_t fair, uint64_t now)
         charge(g, t, now - since, fair, now);
 }
 
+/* Work we ran in an equal holder's gaps (fills) is time its turn gave us:
+ * in our virtual time, so that the holder's turns come back sooner. */
+void pay_fill(struct gpu *g, uint64_t ns, uint64_t now)
+{
+    ADD(&g->t->vtime, ns * FULL / weight(g, g->t, now));
+}
+
 /* Whether tenant a's turn on g comes before b's, at equal priority: the
  * gang's order, then the lesser virtual time. */
 int before(struct gpu *g, struct fg_sched_tenant *a, struct fg_sched_tenant *b)

@@ -68,7 +68,7 @@ var (
 	mpsProcsDesc = prometheus.NewDesc("flexgv_tenant_mps_processes",
 		"Those of a tenant's scheduled processes on a GPU that are MPS clients (their kernels run beside other clients').", tenantLabels, nil)
 	hostBoundDesc = prometheus.NewDesc("flexgv_tenant_host_bound_ratio",
-		"Of a tenant's requests' time on a GPU, the part not spent waiting for it, as its MPS clients measure it; under MPS lower priorities run beside a holder at 0.75 or more. Absent until measured.", tenantLabels, nil)
+		"Of a tenant's requests' time on a GPU, the part not spent waiting for it, as its processes measure it while others share the GPU; under MPS lower priorities run beside a holder at 0.75 or more, and equals fill its gaps at its share (0.60 at least). Absent until measured.", tenantLabels, nil)
 	switchesDesc = prometheus.NewDesc("flexgv_gpu_scheduler_switches_total",
 		"Hand-overs of a GPU from one tenant to another by its scheduler.", gpuLabels, nil)
 	infoDesc = prometheus.NewDesc("flexgv_tenant_info",

@@ -137,7 +137,7 @@ flexgv_tenant_scheduled_processes{gpu_index="1",gpu_uuid="` + uuidA + `",tenant=
 # TYPE flexgv_tenant_mps_processes gauge
 flexgv_tenant_mps_processes{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="a"} 1
 flexgv_tenant_mps_processes{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="c"} 0
-# HELP flexgv_tenant_host_bound_ratio Of a tenant's requests' time on a GPU, the part not spent waiting for it, as its MPS clients measure it; under MPS lower priorities run beside a holder at 0.75 or more. Absent until measured.
+# HELP flexgv_tenant_host_bound_ratio Of a tenant's requests' time on a GPU, the part not spent waiting for it, as its processes measure it while others share the GPU; under MPS lower priorities run beside a holder at 0.75 or more, and equals fill its gaps at its share (0.60 at least). Absent until measured.
 # TYPE flexgv_tenant_host_bound_ratio gauge
 flexgv_tenant_host_bound_ratio{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="a"} 0.875
 `

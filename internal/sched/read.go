@@ -24,7 +24,7 @@ type TenantStat struct {
 	Preemptions uint64  `json:"preemptions"` // turns cut short for a higher priority
 	Pids        []int32 `json:"pids"`        // its processes on the GPU (their own PID namespace's numbers)
 	MPSProcs    int     `json:"mps_procs"`   // those that are MPS clients (their kernels run beside other clients')
-	HostBound   float64 `json:"host_bound"`  // of its requests' time, the part not spent waiting for the GPU, as its MPS clients measure it; 0: not measured
+	HostBound   float64 `json:"host_bound"`  // of its requests' time, the part not spent waiting for the GPU, as its processes measure it while others share the GPU; 0: not measured
 	InFlight    uint64  `json:"in_flight"`   // launches and blocking copies its processes have on the GPU, as they last counted them (0 while alone: not tracked)
 	Holder      bool    `json:"holder"`      // one of its processes holds the GPU
 }

@@ -247,6 +247,69 @@ func TestAShareIsWorkConserving(t *testing.T) {
 	})
 }
 
+// pairRates runs a and b together (under fa and fb; nil: directly, in
+// plain time-slicing) and returns each one's share of the device.
+func (e *env) pairRates(fa, fb []string, a, b []string) (spin, spin) {
+	e.t.Helper()
+	sa, sb := e.spinnerUnder(fa, a...), e.spinnerUnder(fb, b...)
+	sa.start()
+	sb.start()
+	return sa.result(), sb.result()
+}
+
+// Among equals, a tenant whose requests are bound by its host leaves the
+// device idle through much of its turn; the other fills those gaps, as
+// time-slicing would, and pays for what it ran, so that each keeps its
+// share of its alone rate and the pair gets what time-slicing gives it.
+// Where the fills would slow the host-bound one (requests of one kernel
+// each, which then wait behind a 2 ms kernel), its own measure holds them
+// back: time-slicing leaves it 29 % of its rate there.
+func TestAHostBoundTenantsGapsAreFilled(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name       string
+		busy, host []string // spinner arguments of the GPU-bound tenant (30 %) and the host-bound one (70 %)
+		keep       float64  // the host-bound one's rate kept, in % of its alone rate
+		together   float64  // the pair's, as a part of time-slicing's
+	}{
+		// without fills 0.70 of time-slicing's; fills not paid for 0.78
+		{"2 ms kernels beside requests of 16 kernels of 100 µs, 200 µs of host work after each",
+			[]string{"2000", "2", "16"}, []string{"100", "2", "16", "0", "eager", "200"}, 67, 0.95},
+		// without fills 0.81; unchecked fills leave the host-bound one 29 %
+		{"2 ms kernels beside requests of one kernel of 100 µs, 600 µs of host work after it",
+			[]string{"2000", "2", "16"}, []string{"100", "2", "1", "0", "eager", "600"}, 60, 0.88},
+		// fills not paid for: the host-bound one keeps 65 %, as the busy
+		// one takes its turns besides
+		{"100 µs kernels beside requests of 8 kernels of 500 µs, 600 µs of host work after each",
+			[]string{"100", "2", "16"}, []string{"500", "2", "8", "0", "eager", "600"}, 67, 0.88},
+	} {
+		hostBound(t, func(hc *hostCheck) {
+			var alone [2]spin
+			for i, a := range [][]string{c.busy, c.host} {
+				s := newEnv(t).spinnerUnder([]string{"--compute", "50%"}, a...)
+				s.start()
+				alone[i] = s.result()
+			}
+			ta, tb := newEnv(t).pairRates(nil, nil, c.busy, c.host)
+			fa, fb := newEnv(t).pairRates([]string{"--compute", "30%"}, []string{"--compute", "70%"}, c.busy, c.host)
+			of := func(r spin, i int) float64 { return r.share * 100 / alone[i].share }
+			ts, fg := of(ta, 0)+of(tb, 1), of(fa, 0)+of(fb, 1)
+			t.Logf("%s: time-slicing %.1f / %.1f %% of alone rates (%.1f together), flexgv 30/70 %.1f / %.1f (%.1f)",
+				c.name, of(ta, 0), of(tb, 1), ts, of(fa, 0), of(fb, 1), fg)
+			slack := handoverLoss(fa, fb) + math.Abs(awakeLoss(fb)-awakeLoss(alone[1]))
+			if of(fa, 0) < 27-slack {
+				hc.Errorf("%s: the busy tenant at 30%% got %.1f%% of its alone rate, want ≥ 27 - %.1f (host delays)", c.name, of(fa, 0), slack)
+			}
+			if of(fb, 1) < c.keep-slack {
+				hc.Errorf("%s: the host-bound tenant at 70%% kept %.1f%% of its alone rate, want ≥ %.0f - %.1f (host delays)", c.name, of(fb, 1), c.keep, slack)
+			}
+			if fg < c.together*ts-slack {
+				hc.Errorf("%s: together %.1f%% of their alone rates, time-slicing %.1f: want ≥ %.2f × that - %.1f (host delays)", c.name, fg, ts, c.together, slack)
+			}
+		})
+	}
+}
+
 // A high-priority tenant runs as if alone next to a low-priority one, which
 // waits while it has work and takes the device back once it is done.
 func TestPriorityRunsFirst(t *testing.T) {
