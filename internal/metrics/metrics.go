@@ -58,7 +58,7 @@ var (
 	prioDesc = prometheus.NewDesc("flexgv_tenant_priority",
 		"A tenant's priority on a GPU, 0 to 9, higher first (low 1, normal 4, high 7).", tenantLabels, nil)
 	gpuTimeDesc = prometheus.NewDesc("flexgv_tenant_gpu_time_seconds_total",
-		"GPU time a tenant's processes held on a GPU, or ran beside its holder under MPS; its rate is the share achieved.", tenantLabels, nil)
+		"GPU time a tenant's processes held on a GPU, or ran beside its holder (under MPS, or in the gaps of a holder of its priority bound by its host); its rate is the share achieved.", tenantLabels, nil)
 	throttledDesc = prometheus.NewDesc("flexgv_tenant_throttled_seconds_total",
 		"Time a tenant's processes waited to launch on a GPU: for their turn, under their cap or behind a higher priority.", tenantLabels, nil)
 	preemptDesc = prometheus.NewDesc("flexgv_tenant_preemptions_total",

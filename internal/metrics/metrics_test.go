@@ -117,7 +117,7 @@ flexgv_tenant_compute_max_ratio{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="a
 # TYPE flexgv_tenant_priority gauge
 flexgv_tenant_priority{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="a"} 7
 flexgv_tenant_priority{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="c"} 1
-# HELP flexgv_tenant_gpu_time_seconds_total GPU time a tenant's processes held on a GPU, or ran beside its holder under MPS; its rate is the share achieved.
+# HELP flexgv_tenant_gpu_time_seconds_total GPU time a tenant's processes held on a GPU, or ran beside its holder (under MPS, or in the gaps of a holder of its priority bound by its host); its rate is the share achieved.
 # TYPE flexgv_tenant_gpu_time_seconds_total counter
 flexgv_tenant_gpu_time_seconds_total{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="a"} 1.5
 flexgv_tenant_gpu_time_seconds_total{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="c"} 2

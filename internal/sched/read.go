@@ -19,7 +19,7 @@ import (
 type TenantStat struct {
 	Name        string  `json:"name"`
 	Policy      Policy  `json:"policy"`
-	HeldNs      uint64  `json:"held_ns"`     // GPU time it held, or ran beside the holder (MPS)
+	HeldNs      uint64  `json:"held_ns"`     // GPU time it held, or ran beside the holder (under MPS, or in an equal holder's gaps)
 	WaitedNs    uint64  `json:"waited_ns"`   // time its processes waited to launch
 	Preemptions uint64  `json:"preemptions"` // turns cut short for a higher priority
 	Pids        []int32 `json:"pids"`        // its processes on the GPU (their own PID namespace's numbers)
