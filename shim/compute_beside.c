@@ -2,19 +2,10 @@
  * lower priority's kernels run beside a holder whose requests are bound by
  * its host, and such a holder's launches go through untracked; among
  * equals, with or without MPS, a waiter fills the gaps a host-bound
- * holder leaves on the GPU, one launch at a time. What tells is how bound
- * by its host each tenant's requests are, measured here. */
+ * holder leaves on the GPU. What tells is how bound by its host each
+ * tenant's requests are, measured here. */
 #include "compute.h"
 
-/* Whether we may launch beside holder h (slot + 1) without holding the
- * GPU: we and it are MPS clients, so our kernels run beside its own rather
- * than in turns with them, and it is of higher priority and bound by its
- * host (its requests hardly wait for the GPU, which idles through most of
- * them: eager inference), so what we run costs it little. A GPU-bound
- * holder (a CUDA graph's replay, a loop that keeps the GPU busy) waits for
- * the GPU most of its request, and is not run beside; nor is a capped
- * tenant, whose bucket only a holder keeps. The holder's lock is looked at
- * once a poll: a dead one is taken from as ever. */
 /* Whether holder h (slot + 1) is alive: its lock, looked at once a poll
  * (a dead one is taken from as ever). */
 static int holder_alive(struct gpu *g, uint32_t h, uint64_t now)
@@ -28,6 +19,14 @@ static int holder_alive(struct gpu *g, uint32_t h, uint64_t now)
     return 1;
 }
 
+/* Whether we may launch beside holder h (slot + 1) without holding the
+ * GPU: we and it are MPS clients, so our kernels run beside its own rather
+ * than in turns with them, and it is of higher priority and bound by its
+ * host (its requests hardly wait for the GPU, which idles through most of
+ * them: eager inference), so what we run costs it little. A GPU-bound
+ * holder (a CUDA graph's replay, a loop that keeps the GPU busy) waits for
+ * the GPU most of its request, and is not run beside; nor is a capped
+ * tenant, whose bucket only a holder keeps. */
 int beside(struct gpu *g, uint32_t h, uint64_t now)
 {
     if (!g->mps || !h || h > FG_SCHED_SLOTS || cap_of(g) || !LOAD(&g->slots[h - 1].mps))
@@ -42,15 +41,15 @@ int beside(struct gpu *g, uint32_t h, uint64_t now)
  * priority whose requests are bound by its host, so that the GPU idles
  * through much of its turn, which time-slicing would give us. We keep
  * FILL_AHEAD_NS in flight, one launch at least (the holder's next kernel
- * waits for that, or for one long kernel of ours), and pay
- * for what runs in virtual time (pay_fill), so the holder gets more turns
- * for the time we took. What bounds its cost to the holder is its own
- * measure: our kernels delay its requests, which then wait for the GPU
- * more, and below its share of host work (FILL_HOST at least) we stop: a
- * holder whose requests are h0 host work alone keeps about its share / h0
- * of its rate, or more, which is what its share promises. Not for a cap (only a holder keeps its
- * bucket), nor between gangs, whose collectives must not meet our kernels
- * out of turn. */
+ * waits for that, or for one long kernel of ours), and pay for what runs
+ * in virtual time (pay_fill), so the holder gets more turns for the time
+ * we took. What bounds its cost to the holder is its own measure: our
+ * kernels delay its requests, which then wait for the GPU more, and below
+ * its share of host work (FILL_HOST at least) we stop: a holder whose
+ * requests are h0 host work alone keeps about its share / h0 of its rate,
+ * or more, which is what its share promises. Not for a cap (only a holder
+ * keeps its bucket), nor between gangs, whose collectives must not meet
+ * our kernels out of turn. */
 int fills(struct gpu *g, uint32_t h, uint64_t now)
 {
     if (!h || h > FG_SCHED_SLOTS || cap_of(g) || h - 1 == g->mine)
