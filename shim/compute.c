@@ -172,7 +172,8 @@ CUresult fg_compute_cuGraphLaunch_ptsz(fg_real_cuGraphLaunch_ptsz next, CUgraphE
  * waiters then see an idle holder without waiting for its next launch; and
  * a holder of higher priority than those waiting, whose pauses after a
  * synchronization tend to be long (a server between requests, not a loop),
- * lends them the GPU at once (it takes it back at its next launch). */
+ * lends them the GPU at once (it takes it back at its next launch); where
+ * they do not, it wakes them to take this pause if it lasts. */
 static CUresult synced_on(CUresult r, int dev, uint64_t at, const CUstream *s, uint64_t upto)
 {
     struct gpu *g = r == CUDA_SUCCESS ? scheduled(dev) : NULL;
@@ -196,11 +197,13 @@ static CUresult synced_on(CUresult r, int dev, uint64_t at, const CUstream *s, u
          * while idle after this, we are charged only the idle time. */
         if (LOAD(&g->hdr->holder) == g->mine + 1 && others_in(g, g->hdr->waiting))
             pay(g, g->t, 2 * g->quantum, now);
-        int next = g->flight.count || __atomic_load_n(&g->turn.gap_avg, __ATOMIC_RELAXED) < LEND_NS || LOAD(&g->hdr->holder) != g->mine + 1
-                       ? -1
-                       : best_waiter(g, (int)g->mine);
-        if (next >= 0 && priority_of(g, next) < LOAD(&g->t->priority) && !beside_us(g))
-            hand_over(g, 0);
+        int next = g->flight.count || LOAD(&g->hdr->holder) != g->mine + 1 ? -1 : best_waiter(g, (int)g->mine);
+        if (next >= 0 && priority_of(g, next) < LOAD(&g->t->priority) && !beside_us(g)) {
+            if (__atomic_load_n(&g->turn.gap_avg, __ATOMIC_RELAXED) >= LEND_NS)
+                hand_over(g, 0);
+            else
+                wake_all(g); /* it takes this pause once it lasts (may_take) */
+        }
     }
     pthread_mutex_unlock(&g->lock);
     return r;

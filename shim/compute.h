@@ -94,7 +94,10 @@ enum { RING = 256 };                  /* launches tracked in flight per GPU, at 
 #define POLL_NS 500000ull             /* a waiter looks at the holder this often */
 #endif
 #ifndef LEND_NS
-#define LEND_NS 1000000ull            /* pauses this long are lent to lower priorities at once */
+#define LEND_NS 1000000ull            /* a higher priority's pauses after a synchronization lent at once, if this long on average... */
+#endif
+#ifndef LEND_AFTER_NS
+#define LEND_AFTER_NS 300000ull       /* ...else once one has lasted this long */
 #endif
 #ifndef REAP_NS
 #define REAP_NS 100000ull             /* a launch looks at completions at most this often */
@@ -103,7 +106,7 @@ enum { RING = 256 };                  /* launches tracked in flight per GPU, at 
 #define TIMED_NS 1000000ull           /* a cap's busy periods are timed this often, at most */
 #endif
 #ifndef BESIDE_HOST
-#define BESIDE_HOST 7500u             /* under MPS, a higher holder this bound by its host is run beside */
+#define BESIDE_HOST 7500u             /* a higher holder this bound by its host is run beside under MPS, its short pauses taken */
 #endif
 #ifndef FILL_AHEAD_NS
 #define FILL_AHEAD_NS 2000000ll       /* what a fill keeps in flight: what the holder's next kernel may wait for */
@@ -161,7 +164,9 @@ struct busy {
 struct turn {
     /* what we last saw of the holder, to tell it idle */
     uint32_t seen_holder;
+    int seen_busy;                  /* it had work in flight */
     uint64_t seen_launches, seen_at;
+    uint64_t look_at;               /* when it will have been idle long enough (0: not counting) */
     uint64_t wdefault, wdefault_at; /* weight of a tenant without a share, and when computed */
     uint64_t idle_at, gap_avg; /* when a sync left nothing in flight; how long such pauses last */
     int holding;               /* we held the GPU at our last look, in a turn begun at `at` */

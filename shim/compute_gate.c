@@ -179,7 +179,9 @@ void gate(struct gpu *g)
         }
         if (may_take(g, h, now) && best_waiter(g, -1) == (int)g->mine && take(g, h, now))
             continue;
-        sleep_on(g, LOAD(&g->hdr->gen), POLL_NS);
+        /* until the holder has been idle long enough to take from, at most a poll */
+        uint64_t until = g->turn.look_at > now ? g->turn.look_at - now : POLL_NS;
+        sleep_on(g, LOAD(&g->hdr->gen), until < POLL_NS ? until : POLL_NS);
         /* Waited time is counted as it passes, for readers of the region. */
         uint64_t after = fg_now_ns();
         ADD(&g->t->waited_ns, after - waited_from);

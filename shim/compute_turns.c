@@ -136,15 +136,29 @@ int may_take(struct gpu *g, uint32_t h, uint64_t now)
     }
     /* Idle: seen with nothing in flight and no launch over a poll. */
     uint64_t launches = LOAD(&g->slots[i].launches);
-    if (h != g->turn.seen_holder || launches != g->turn.seen_launches || LOAD(&g->slots[i].inflight)) {
+    int busy = LOAD(&g->slots[i].inflight) != 0;
+    if (h != g->turn.seen_holder || launches != g->turn.seen_launches || busy || g->turn.seen_busy) {
         g->turn.seen_holder = h;
         g->turn.seen_launches = launches;
         g->turn.seen_at = now;
     }
+    g->turn.seen_busy = busy;
     uint32_t hp = priority_of(g, (int)i), mp = LOAD(&g->t->priority);
-    if (mp > hp || now - g->turn.seen_at >= (hp > mp ? 4 * POLL_NS : POLL_NS))
-        return 1; /* a higher priority is given longer to come back */
     struct fg_sched_tenant *ht = tenant_of(g, i);
+    /* A higher priority is given longer to come back. A pause of one whose
+     * requests are bound by its host, after it synchronized (nothing in
+     * flight; it woke us then) and not lent at once (synced_on), is taken
+     * once it has lasted LEND_AFTER_NS: on an H100, eager inference at
+     * half its peak rate pauses 0.2-0.8 ms between requests, too short
+     * for either. What we then run delays its next request, which waits
+     * for the GPU more; below BESIDE_HOST of host work we stop. A
+     * GPU-bound one's requests would wait for our work all along. */
+    uint64_t idle = hp <= mp ? POLL_NS
+                    : busy || !ht || LOAD(&ht->host_bound) < BESIDE_HOST ? 4 * POLL_NS
+                                                                          : LEND_AFTER_NS;
+    g->turn.look_at = g->turn.seen_at + idle;
+    if (mp > hp || now - g->turn.seen_at >= idle)
+        return 1;
     if (mp == hp && ht && leads(g, g->t, ht) > 0)
         return 1; /* our gang holds the GPUs it shares with the holder's */
     /* Past its quantum and more: a holder blocked in a long wait. */

@@ -1,5 +1,5 @@
 /* Keeps the GPU busy with back-to-back kernels and reports what it got:
- *     spinner KERNEL_US SECONDS [DEPTH [WINDOW_MS [API [GAP_US]]]]
+ *     spinner KERNEL_US SECONDS [DEPTH [WINDOW_MS [API [GAP_US [PAUSE_US]]]]]
  * Prints "ready" once set up, then starts at the first line (or the end) of
  * stdin, so that several can start together. It launches for SECONDS with
  * DEPTH kernels (default 16) in flight on one stream, each between two
@@ -27,9 +27,12 @@
  * inference is; the latencies reported are the requests', from the first
  * launch to the synchronization's return) or late (as eager, the host
  * asleep for GAP_US instead: a program that looks for its completions
- * late, waiting on something else meanwhile).
+ * late, waiting on something else meanwhile) or twice (as eager, each
+ * request two such batches: eager inference that reads a value back in
+ * mid-request).
  * GAP_US: idle time after each completion before the next launch, as a
- * server between requests (with DEPTH 1). */
+ * server between requests (with DEPTH 1).
+ * PAUSE_US: with eager, late and twice, idle time after each request. */
 #include "common.h"
 
 #include <time.h>
@@ -66,7 +69,7 @@ static int by_value(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: spinner KERNEL_US SECONDS [DEPTH [WINDOW_MS [launch|ex|ptsz|graph|sync13|copysync|batch|after1|eager|late [GAP_US]]]]\n");
+        fprintf(stderr, "usage: spinner KERNEL_US SECONDS [DEPTH [WINDOW_MS [launch|ex|ptsz|graph|sync13|copysync|batch|after1|eager|late|twice [GAP_US [PAUSE_US]]]]]\n");
         return 2;
     }
     double kernel_us = atof(argv[1]), seconds = atof(argv[2]);
@@ -95,7 +98,8 @@ int main(int argc, char **argv)
     int copysync = !strcmp(api, "copysync");
     /* batch: DEPTH launches, then one context synchronization for them all,
      * as a training loop that reads a loss back every few kernels does. */
-    int late = !strcmp(api, "late"), eager = late || !strcmp(api, "eager"), batch = eager || !strcmp(api, "batch");
+    int late = !strcmp(api, "late"), twice = !strcmp(api, "twice");
+    int eager = late || twice || !strcmp(api, "eager"), batch = eager || !strcmp(api, "batch");
     CUdeviceptr word = 0;
     if (copysync) {
         s = NULL;
@@ -173,7 +177,7 @@ int main(int argc, char **argv)
                 CHECK(cuCtxSynchronize());
                 if (eager) /* lat's first entries: the requests' latencies */
                     lat[requests++] = (wall_s() - req_at) * 1e6;
-                if (eager && pause_us > 0)
+                if (eager && pause_us > 0 && (!twice || requests % 2 == 0))
                     usleep((useconds_t)pause_us);
             } else if (!batch)
                 CHECK(cuEventSynchronize(after[k]));

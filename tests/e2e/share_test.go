@@ -569,6 +569,66 @@ func TestPriorityLendsAfterEachSynchronization(t *testing.T) {
 	}
 }
 
+// A server's pauses between requests, after each synchronization, that
+// are shorter than what a lower priority waits before taking an idle GPU
+// itself, and too short on average to be lent at once (eager inference at
+// half its peak rate on an H100 pauses 0.2-0.8 ms): those of a server
+// whose requests are bound by its host are taken once they have lasted;
+// those of one whose requests wait for the GPU are not, for they would
+// wait for the low tenant's kernels.
+func TestPriorityTakesTheShortPausesOfAHostBoundServer(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, what string
+		req, lo    []string
+		hostBound  bool
+	}{
+		// 16 10 µs kernels, each followed by 50 µs of host time; 0.7 ms idle
+		{"host-bound", "16 short kernels with host time between, then 0.7 ms idle",
+			[]string{"10", "2", "16", "0", "late", "50", "700"}, []string{"200", "2", "16"}, true},
+		// two 250 µs kernels, then 0.7 ms idle
+		{"gpu-bound", "two 250 µs kernels, then 0.7 ms idle",
+			[]string{"250", "2", "2", "0", "eager", "0", "700"}, []string{"1000", "2", "16"}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			hostBound(t, func(hc *hostCheck) {
+				e := newEnv(t)
+				alone := e.spinnerUnder([]string{"--priority", "high"}, c.req...)
+				alone.start()
+				a := alone.result()
+				// the server outlasts the low tenant: all the low one gets is beside it
+				hi := e.spinnerUnder([]string{"--priority", "high"}, append([]string{c.req[0], "2.5"}, c.req[2:]...)...)
+				lo := e.spinnerUnder([]string{"--priority", "low"}, c.lo...)
+				hi.start()
+				lo.start()
+				h, l := hi.result(), lo.result()
+				t.Logf("high, %s: alone p50 %.0f p99 %.0f µs; next to low p50 %.0f p99 %.0f µs; low got %.1f%%",
+					c.what, a.p50, a.p99, h.p50, h.p99, l.share)
+				lost := 100 * (l.delayedMs + h.delayedMs) / l.elapsedMs
+				if c.hostBound {
+					// each pause is taken 0.3 ms in: the low tenant's 200 µs
+					// kernels fill the rest and spill into the next request
+					if l.share < 12-lost {
+						hc.Errorf("the low-priority tenant got %.1f%% of the device next to a host-bound server idle 0.7 ms between requests, want ≥ 12%% - %.1f (host delays)",
+							l.share, lost)
+					}
+					if h.p50 > a.p50+400 {
+						hc.Errorf("host-bound requests next to the low tenant: p50 %.0f µs, alone %.0f µs: more than one of its kernels ahead of each", h.p50, a.p50)
+					}
+					return
+				}
+				// taken, each pause would put one of the low tenant's 1 ms
+				// kernels ahead of the next request
+				if h.p50 > a.p50+200 {
+					hc.Errorf("GPU-bound requests next to the low tenant: p50 %.0f µs, alone %.0f µs (the low one got %.1f%%): its pauses were taken",
+						h.p50, a.p50, l.share)
+				}
+			})
+		})
+	}
+}
+
 // Garbage written over a GPU's scheduler while tenants run (it is writable
 // by every user on the GPU) may cost them their shares, never their run:
 // they go on launching and end.
