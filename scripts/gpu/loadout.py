@@ -21,12 +21,44 @@ def rate(path):
     return statistics.mean(w[1:] if len(w) > 2 else w)
 
 
+def span(path):
+    """(start, end), epoch seconds, of a load's windows or requests."""
+    for f in lines(path):
+        if len(f) == 3 and f[0] == "span":
+            return float(f[1]), float(f[2])
+    raise ValueError(f"{path}: no span line")
+
+
+def rate_within(path, lo, hi):
+    """Units a second over the windows wholly between epoch seconds lo and
+    hi (while another load ran too); at least three, or no result."""
+    t0, _ = span(path)
+    w = [n for i, n in enumerate(windows(path)) if t0 + i >= lo and t0 + i + 1 <= hi]
+    if len(w) < 3:
+        raise ValueError(f"{path}: {len(w)} of its windows met the other load's work")
+    return statistics.mean(w)
+
+
 def latency(path):
     """(p50 ms, p99 ms, requests) of an inference run."""
     for f in lines(path):
         if len(f) == 4 and f[0] == "latency_ms":
             return float(f[1]), float(f[2]), int(f[3])
     raise ValueError(f"{path}: no latency_ms line")
+
+
+def latency_within(path, lo, hi):
+    """(p50 ms, p99 ms, requests) of the requests of an inference run that
+    arrived between epoch seconds lo and hi; at least 100."""
+    t0, _ = span(path)
+    for f in lines(path):
+        if len(f) >= 2 and f[0] == "requests":
+            rate = float(f[1])
+            lat = sorted(float(ms) for k, ms in enumerate(f[2:]) if lo <= t0 + k / rate < hi)
+            if len(lat) < 100:
+                raise ValueError(f"{path}: {len(lat)} of its requests met the other load's work")
+            return lat[len(lat) // 2], lat[int(len(lat) * 0.99)], len(lat)
+    raise ValueError(f"{path}: no requests line")
 
 
 def slow(path):

@@ -6,6 +6,10 @@ the same round). Exits 1 when a run has no result.
 
     matrix_report.py DIR
 
+A pair's figures are of the time both its loads ran (one whose setup
+outlasted the other's starts late): a load's windows and requests
+outside it are left out.
+
 Shares: A at 30 % beside B at 70 %, each one's rate over its rate alone.
 A share is a floor: where the pair leaves the GPU room (together over
 100 % of their alone rates) a tenant past its share is no error; otherwise
@@ -88,9 +92,28 @@ def medians(kind, a, b, mechs, one):
     return cells
 
 
+def together(*paths):
+    """(lo, hi): while each of the pair's loads ran (their setups may end
+    apart: a load's windows or requests before the other's start count
+    alone); None (the run counted bad) when a load says no span."""
+    spans = [result(p, loadout.span) for p in paths]
+    if None in spans:
+        return None
+    return max(s[0] for s in spans), min(s[1] for s in spans)
+
+
+def within(what, lo_hi):
+    """what(path, lo, hi) for a result() over the pair's time together."""
+    return lambda path: what(path, *lo_hi)
+
+
 def shares(a, b):
     def one(base, r):
-        got = [result(os.path.join(base, "a.txt"), loadout.rate), result(os.path.join(base, "b.txt"), loadout.rate),
+        pa, pb = os.path.join(base, "a.txt"), os.path.join(base, "b.txt")
+        both = together(pa, pb)
+        if both is None:
+            return None
+        got = [result(pa, within(loadout.rate_within, both)), result(pb, within(loadout.rate_within, both)),
                alone(a, r, loadout.rate), alone(b, r, loadout.rate)]
         return None if None in got else (100 * got[0] / got[2], 100 * got[1] / got[3])
     return one
@@ -98,7 +121,11 @@ def shares(a, b):
 
 def priority(a, b):
     def one(base, r):
-        got = [result(os.path.join(base, "req.txt"), loadout.latency), result(os.path.join(base, "trn.txt"), loadout.rate),
+        pq, pt = os.path.join(base, "req.txt"), os.path.join(base, "trn.txt")
+        both = together(pq, pt)
+        if both is None:
+            return None
+        got = [result(pq, within(loadout.latency_within, both)), result(pt, within(loadout.rate_within, both)),
                alone(a, r, loadout.latency), alone(b, r, loadout.rate)]
         if None in got:
             return None

@@ -42,7 +42,9 @@ def wait_start(start):
 
 def windows(step, seconds, start):
     """Runs step() (returns units of work done) for seconds, printing each
-    second's units."""
+    second's units, then when the first began and the last ended (epoch
+    seconds): a load that starts late (its setup outlasted the others')
+    meets the others' work in part of its windows only."""
     wait_start(start)
     t0 = time.time()
     w, n = 0, 0
@@ -53,6 +55,7 @@ def windows(step, seconds, start):
             print(f"window {w} {n}", flush=True)
             w, n = w + 1, 0
             if w >= seconds:
+                print(f"span {t0:.3f} {t0 + w:.3f}", flush=True)
                 return
 
 
@@ -201,6 +204,10 @@ def infer(rate, seconds, start, graph):
             marks.append((begun, launched, a, b))
         lat.append((time.time() - due) * 1000)  # from its arrival, queueing included
         k += 1
+    print(f"span {t0:.3f} {time.time():.3f}", flush=True)  # when its requests came
+    # each request's latency, by arrival (request k at t0 + k / rate): those
+    # that met another load's work are read out of them
+    print("requests", f"{rate:.6f}", " ".join(f"{ms:.3f}" for ms in lat), flush=True)
     by_time = list(lat)
     lat.sort()
     p50 = lat[len(lat) // 2]

@@ -200,18 +200,40 @@ func TestMatrixReportJudgesWithinARound(t *testing.T) {
 	// rate N: windows of N a second, the first (the start's) off.
 	rate := func(n int) string { return fmt.Sprintf("window 0 1\nwindow 1 %d\nwindow 2 %d\nwindow 3 %d\n", n, n, n) }
 	lat := func(p50, p99 float64) string { return fmt.Sprintf("latency_ms %.3f %.3f 900\n", p50, p99) }
+	// A pair's load from epoch second `from` for 10 s: windows of N a
+	// second, or requests (100 a second) at p50 and p99.
+	rateFrom := func(n, from int) string {
+		var b strings.Builder
+		for i := 0; i < 10; i++ {
+			fmt.Fprintf(&b, "window %d %d\n", i, n)
+		}
+		fmt.Fprintf(&b, "span %d %d\n", from, from+10)
+		return b.String()
+	}
+	latFrom := func(p50, p99 float64, from int) string {
+		var b strings.Builder
+		fmt.Fprintf(&b, "span %d %d\nrequests 100", from, from+10)
+		for i := 0; i < 1000; i++ {
+			ms := p50
+			if i%50 == 7 { // 20 of 1000: p99
+				ms = p99
+			}
+			fmt.Fprintf(&b, " %.3f", ms)
+		}
+		return b.String() + "\n" + lat(p50, p99)
+	}
 	// Round 2's machine is twice as fast: its ratios are the same.
 	for r, k := range map[string]int{"1": 1, "2": 2} {
 		put("alone/matmul/"+r+".txt", rate(100*k))
 		put("alone/train4/"+r+".txt", rate(40*k))
 		put("alone/infer/"+r+".txt", lat(5.0/float64(k), 6.0/float64(k)))
 		for m, ab := range map[string][2]int{"timeslice": {50, 20}, "flexgv": {30, 28}, "mpsthreads": {26, 24}} {
-			put("share/matmul+train4/"+m+"/"+r+"/a.txt", rate(ab[0]*k))
-			put("share/matmul+train4/"+m+"/"+r+"/b.txt", rate(ab[1]*k))
+			put("share/matmul+train4/"+m+"/"+r+"/a.txt", rateFrom(ab[0]*k, 1000))
+			put("share/matmul+train4/"+m+"/"+r+"/b.txt", rateFrom(ab[1]*k, 1000))
 		}
 		for m, v := range map[string][3]float64{"timeslice": {5.5, 8, 60}, "flexgv": {5.2, 6.6, 50}, "mpsflexgv": {5.0, 6.3, 85}} {
-			put("priority/infer+matmul/"+m+"/"+r+"/req.txt", lat(v[0]/float64(k), v[1]/float64(k)))
-			put("priority/infer+matmul/"+m+"/"+r+"/trn.txt", rate(int(v[2])*k))
+			put("priority/infer+matmul/"+m+"/"+r+"/req.txt", latFrom(v[0]/float64(k), v[1]/float64(k), 1000))
+			put("priority/infer+matmul/"+m+"/"+r+"/trn.txt", rateFrom(int(v[2])*k, 1000))
 		}
 	}
 	out, code := report(t, "matrix_report.py", dir)
@@ -236,12 +258,35 @@ func TestMatrixReportJudgesWithinARound(t *testing.T) {
 			t.Fatalf("the pair's SVG is not well-formed XML: %v\n%s", err, b)
 		}
 	}
+	// A trainer that started 6 s late in both rounds (its setup outlasted
+	// the request's), at its alone rate once the requests ended: only its
+	// first 4 windows met them, and only the requests from its start count.
+	for r, k := range map[string]int{"1": 1, "2": 2} {
+		trn := strings.Split(rateFrom(40*k, 1006), "\n")
+		for i := 4; i < 10; i++ {
+			trn[i] = fmt.Sprintf("window %d %d", i, 100*k)
+		}
+		put("priority/infer+matmul/flexgv/"+r+"/trn.txt", strings.Join(trn, "\n"))
+		req := latFrom(5.2/float64(k), 6.6/float64(k), 1000)
+		slow := strings.Repeat(fmt.Sprintf(" %.3f", 50/float64(k)), 600) // its first 6 s: slow
+		req = strings.Replace(req, "requests 100 ", "requests 100"+slow+" ", 1)
+		put("priority/infer+matmul/flexgv/"+r+"/req.txt", req)
+	}
+	out, code = report(t, "matrix_report.py", dir)
+	if code != 0 || !strings.Contains(out, "| p50 1.04×, p99 1.10×; trainer 0.40 |") {
+		t.Errorf("matrix_report.py with a trainer that started late: exit %d, want its figures of the time together only:\n%s", code, out)
+	}
+	// One that met under three of the other's windows is no result.
+	put("priority/infer+matmul/flexgv/2/trn.txt", rateFrom(50, 1008))
+	if out, code = report(t, "matrix_report.py", dir); code != 1 || !strings.Contains(out, "runs/priority/infer+matmul/flexgv/2/trn.txt") {
+		t.Errorf("matrix_report.py with a trainer that met 2 of the request's seconds: exit %d, want 1 naming it:\n%s", code, out)
+	}
 	// A trainer that printed nothing in round 2: that round is no result,
 	// the report fails and round 1 alone gives the figure.
 	put("priority/infer+matmul/flexgv/2/trn.txt", "")
 	out, code = report(t, "matrix_report.py", dir)
 	if code != 1 || !strings.Contains(out, "Runs without a result: runs/priority/infer+matmul/flexgv/2/trn.txt") ||
-		!strings.Contains(out, "| p50 1.04×, p99 1.10×; trainer 0.50 |") {
+		!strings.Contains(out, "| p50 1.04×, p99 1.10×; trainer 0.40 |") {
 		t.Errorf("matrix_report.py with a run cut short: exit %d, want 1 naming it:\n%s", code, out)
 	}
 	put("priority/infer+matmul/flexgv/1/trn.txt", "")
