@@ -19,9 +19,10 @@
  * turn whose length there (two timed events) was shorter gets the
  * difference back (turn_clock_settle). A
  * waiter takes the GPU itself when the holder is free, dead (its slot's
- * lock is gone), idle (no launch over a poll and nothing in flight), of
- * lower priority, or past its quantum: a holder that stops launching or is
- * killed stalls nobody. Waiters sleep on a futex in the region, holding no
+ * lock is gone), idle (no launch over a poll and nothing in flight; a
+ * higher priority's pause, 2 ms, or LEND_AFTER_NS after it synchronized
+ * where its requests are bound by its host), of lower priority, or past
+ * its quantum: a holder that stops launching or is killed stalls nobody. Waiters sleep on a futex in the region, holding no
  * lock.
  *
  * A cap (--compute-max) is a token bucket in the tenant's entry, shared by
