@@ -18,7 +18,8 @@
 #                   at 50), mpsflexgv (flexgv under MPS)
 #   MATRIX_S        seconds a pair runs together (default 15)
 #   MATRIX_ROUNDS   rounds (default 1)
-#   MATRIX_WARM     seconds a pair's processes get to set up (default 15)
+#   MATRIX_WARM     seconds a pair's processes get to set up, at most
+#                   (default 60); they start together once both are
 # The defaults take about half an hour (the script says how long at its
 # start): fewer pairs or ways of sharing a run where time is short.
 # Each run's output goes to OUTDIR/runs/KIND/A+B/MECHANISM/ROUND/; then
@@ -43,8 +44,8 @@ for m in $MECHANISMS; do
     [[ " timeslice flexgv mps mpsthreads mpsflexgv " == *" $m "* ]] ||
         { echo "MECHANISMS: unknown way of sharing $m (timeslice flexgv mps mpsthreads mpsflexgv)"; exit 2; }
 done
-[[ $MATRIX_S =~ ^[1-9][0-9]*$ && $MATRIX_ROUNDS =~ ^[1-9][0-9]*$ ]] ||
-    { echo "MATRIX_S=$MATRIX_S MATRIX_ROUNDS=$MATRIX_ROUNDS: give whole numbers from 1"; exit 2; }
+[[ $MATRIX_S =~ ^[1-9][0-9]*$ && $MATRIX_ROUNDS =~ ^[1-9][0-9]*$ && ${MATRIX_WARM:-60} =~ ^[1-9][0-9]*$ ]] ||
+    { echo "MATRIX_S=$MATRIX_S MATRIX_ROUNDS=$MATRIX_ROUNDS MATRIX_WARM=${MATRIX_WARM:-60}: give whole numbers from 1"; exit 2; }
 [[ $MATRIX_RATE =~ ^(0\.[0-9]*[1-9][0-9]*|1(\.0*)?)$ ]] || { echo "MATRIX_RATE=$MATRIX_RATE: give a fraction of the peak rate, above 0 and at most 1"; exit 2; }
 load_ok() { [[ $1 =~ ^(matmul|conv|train[1-9][0-9]*|infer|infer-graph)$ ]]; }
 for p in $SHARE_PAIRS $PRIORITY_PAIRS; do
@@ -69,13 +70,27 @@ echo "SHARE_PAIRS=\"$SHARE_PAIRS\" PRIORITY_PAIRS=\"$PRIORITY_PAIRS\""
 R=$OUT/runs
 FAILED=$OUT/failed.txt # one line a run that failed
 rm -f "$FAILED"
-WARM=${MATRIX_WARM:-15} # seconds for every process of a pair to be set up before they start together
-# each pair run takes its start (WARM) and MATRIX_S; each load alone, its
+WARM=${MATRIX_WARM:-60} # seconds for every process of a pair to be set up, at most
+# each pair run takes its set-up (~10 s) and MATRIX_S; each load alone, its
 # set-up (~5 s) and MATRIX_S
 npairs=$(($(wc -w <<<"$SHARE_PAIRS $PRIORITY_PAIRS") * $(wc -w <<<"$MECHANISMS")))
 nloads=$(printf '%s\n' $SHARE_PAIRS $PRIORITY_PAIRS | tr ':' '\n' | sort -u | wc -l)
-echo "about $(((npairs * (WARM + MATRIX_S + 2) + nloads * (MATRIX_S + 5)) * MATRIX_ROUNDS / 60 + 1)) minutes"
-at() { echo $(($(date +%s) + WARM)); }
+echo "about $(((npairs * (10 + MATRIX_S + 2) + nloads * (MATRIX_S + 5)) * MATRIX_ROUNDS / 60 + 1)) minutes"
+# release DIR N: once the N loads started with wait:DIR:OFFSET have said
+# they are set up (or WARM seconds passed: one failed), their start, a
+# second from now; prints it.
+nstart=0
+release() {
+    local i=0 t
+    while [ "$(find "$1" -name 'ready.*' | wc -l)" -lt "$2" ] && [ $i -lt $((WARM * 10)) ]; do
+        sleep 0.1
+        i=$((i + 1))
+    done
+    [ $i -lt $((WARM * 10)) ] || echo "not every load of $1 was set up in $WARM s" >&2
+    t=$(($(date +%s) + 1))
+    echo "$t" >"$1/go.tmp" && mv "$1/go.tmp" "$1/go"
+    echo "$t"
+}
 # bounded FILE CMD...: CMD's output into FILE, ended if it overruns.
 bounded() {
     local f=$1
@@ -115,27 +130,32 @@ look() {
     "$FLEXGV" top --once >"$1/top.txt" 2>&1
     python3 scripts/gpu/region_dump.py "$FLEXGV_STATE_DIR" >>"$1/top.txt" 2>&1
 }
-# pair ROUND MECHANISM: every pair of both kinds under MECHANISM, together.
-# A priority pair's request starts a second after its trainer and stops
-# a second before, so that it meets the trainer's work throughout.
+# pair ROUND MECHANISM: every pair of both kinds under MECHANISM, together:
+# a pair's loads start once both are set up (release). A priority pair's
+# request starts a second after its trainer and stops a second before, so
+# that it meets the trainer's work throughout.
 pair() {
-    local round=$1 m=$2 p a b d T pa
+    local round=$1 m=$2 p a b d S T pa
     [[ " $MECHANISMS " == *" $m "* ]] || return 0
     for p in $SHARE_PAIRS; do
-        a=${p%%:*} b=${p#*:} d=$R/share/$a+$b/$m/$round T=$(at)
+        a=${p%%:*} b=${p#*:} d=$R/share/$a+$b/$m/$round S=$WORK/start/$((++nstart))
         echo "share $a:$b $m round $round ($(date +%T))"
-        bounded "$d/a.txt" $(under "$m" a) $(load "$a" "$MATRIX_S" "$T") &
+        mkdir -p "$S"
+        bounded "$d/a.txt" $(under "$m" a) $(load "$a" "$MATRIX_S" "wait:$S:0") &
         pa=$!
-        bounded "$d/b.txt" $(under "$m" b) $(load "$b" "$MATRIX_S" "$T") &
+        bounded "$d/b.txt" $(under "$m" b) $(load "$b" "$MATRIX_S" "wait:$S:0") &
+        T=$(release "$S" 2)
         look "$d" "$m" "$T"
         wait $pa $! # by pid: a bare wait would wait for the log's tee too
     done
     for p in $PRIORITY_PAIRS; do
-        a=${p%%:*} b=${p#*:} d=$R/priority/$a+$b/$m/$round T=$(at)
+        a=${p%%:*} b=${p#*:} d=$R/priority/$a+$b/$m/$round S=$WORK/start/$((++nstart))
         echo "priority $a:$b $m round $round ($(date +%T))"
-        bounded "$d/trn.txt" $(under "$m" trn) $(load "$b" $((MATRIX_S + 2)) "$T") &
+        mkdir -p "$S"
+        bounded "$d/trn.txt" $(under "$m" trn) $(load "$b" $((MATRIX_S + 2)) "wait:$S:0") &
         pa=$!
-        bounded "$d/req.txt" $(under "$m" req) $(load "$a" "$MATRIX_S" $((T + 1))) &
+        bounded "$d/req.txt" $(under "$m" req) $(load "$a" "$MATRIX_S" "wait:$S:1") &
+        T=$(release "$S" 2)
         look "$d" "$m" "$T"
         wait $pa $!
     done

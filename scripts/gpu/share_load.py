@@ -25,6 +25,7 @@
 START is a wall-clock time (epoch seconds) to wait for after warming up, so
 that tenants started one after another measure the same seconds.
 """
+import os
 import sys
 import time
 
@@ -35,7 +36,18 @@ dev = "cuda"
 
 
 def wait_start(start):
+    """Waits for start: an epoch second, or wait:DIR:OFFSET, OFFSET seconds
+    after the epoch second gpu-matrix.sh writes to DIR/go once every load
+    of the pair has said it is set up (DIR/ready.PID)."""
     torch.cuda.synchronize()
+    if isinstance(start, str):
+        _, d, offset = start.split(":")
+        open(os.path.join(d, f"ready.{os.getpid()}"), "w").close()
+        go = os.path.join(d, "go")
+        while not os.path.exists(go):
+            time.sleep(0.005)
+        with open(go) as f:
+            start = float(f.read()) + float(offset)
     if start:
         time.sleep(max(0.0, start - time.time()))
 
@@ -247,7 +259,7 @@ def peak(seconds, graph):
 
 
 if __name__ == "__main__":
-    mode, args = sys.argv[1], [float(a) for a in sys.argv[2:]]
+    mode, args = sys.argv[1], [a if a.startswith("wait:") else float(a) for a in sys.argv[2:]]
     if mode == "matmul":
         matmul(int(args[0]), args[1] if len(args) > 1 else 0)
     elif mode == "conv":

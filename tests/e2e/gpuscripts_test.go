@@ -62,3 +62,30 @@ func TestGPUScriptsKeepTheirLogsOutOfTheRepository(t *testing.T) {
 		}
 	}
 }
+
+// The matrix refuses settings it cannot run with, before it starts a
+// load: each with a message that names it, and exit 2.
+func TestGPUMatrixRefusesBadSettings(t *testing.T) {
+	t.Parallel()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ env, says string }{
+		{"MATRIX_WARM=0", "MATRIX_WARM=0: give whole numbers from 1"},
+		{"MATRIX_WARM=soon", "MATRIX_WARM=soon: give whole numbers from 1"},
+		{"MATRIX_S=1.5", "MATRIX_S=1.5"},
+		{"MATRIX_RATE=2", "MATRIX_RATE=2: give a fraction of the peak rate"},
+		{"MECHANISMS=vgpu", "unknown way of sharing vgpu"},
+		{"SHARE_PAIRS=matmul:bert", "pair matmul:bert: give LOAD:LOAD"},
+		{"PRIORITY_PAIRS=matmul:infer", "PRIORITY_PAIRS: matmul:infer is not REQUEST:TRAINER"},
+	} {
+		cmd := exec.Command("bash", filepath.Join("scripts", "gpu-matrix.sh"), filepath.Join(t.TempDir(), "out"))
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), c.env)
+		r := runCmd(t, cmd)
+		if r.code != 2 || !strings.Contains(r.stdout+r.stderr, c.says) {
+			t.Errorf("gpu-matrix.sh with %s: exit %d, %q; want 2 and %q", c.env, r.code, r.stdout+r.stderr, c.says)
+		}
+	}
+}
