@@ -54,6 +54,8 @@ def latency_within(path, lo, hi):
     for f in lines(path):
         if len(f) >= 2 and f[0] == "requests":
             rate = float(f[1])
+            if not rate > 0:
+                raise ValueError(f"{path}: a request rate of {f[1]}")
             lat = sorted(float(ms) for k, ms in enumerate(f[2:]) if lo <= t0 + k / rate < hi)
             if len(lat) < 100:
                 raise ValueError(f"{path}: {len(lat)} of its requests met the other load's work")

@@ -281,6 +281,16 @@ func TestMatrixReportJudgesWithinARound(t *testing.T) {
 	if out, code = report(t, "matrix_report.py", dir); code != 1 || !strings.Contains(out, "runs/priority/infer+matmul/flexgv/2/trn.txt") {
 		t.Errorf("matrix_report.py with a trainer that met 2 of the request's seconds: exit %d, want 1 naming it:\n%s", code, out)
 	}
+	// Requests said to come at a rate of 0, or a span that is not numbers:
+	// no result, and no traceback.
+	for _, bad := range []string{"span 1000 1010\nrequests 0 1.0 2.0\n", "span 1000 soon\nrequests 100 1.0\n"} {
+		put("priority/infer+matmul/timeslice/2/req.txt", bad)
+		if out, code = report(t, "matrix_report.py", dir); code != 1 || strings.Contains(out, "Traceback") ||
+			!strings.Contains(out, "runs/priority/infer+matmul/timeslice/2/req.txt") {
+			t.Errorf("matrix_report.py with a request file of %q: exit %d, want 1 naming it:\n%s", bad, code, out)
+		}
+	}
+	put("priority/infer+matmul/timeslice/2/req.txt", latFrom(5.5/2, 8/2, 1000))
 	// A trainer that printed nothing in round 2: that round is no result,
 	// the report fails and round 1 alone gives the figure.
 	put("priority/infer+matmul/flexgv/2/trn.txt", "")
