@@ -201,7 +201,7 @@ static CUresult synced_on(CUresult r, int dev, uint64_t at, const CUstream *s, u
         if (next >= 0 && priority_of(g, next) < LOAD(&g->t->priority) && !beside_us(g)) {
             if (__atomic_load_n(&g->turn.gap_avg, __ATOMIC_RELAXED) >= LEND_NS)
                 hand_over(g, 0);
-            else
+            else if (LOAD(&g->t->host_bound) >= BESIDE_HOST)
                 wake_all(g); /* it takes this pause once it lasts (may_take) */
         }
     }
