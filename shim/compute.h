@@ -22,8 +22,8 @@
  * lock is gone), idle (no launch over a poll and nothing in flight; a
  * higher priority's pause, 2 ms, or LEND_AFTER_NS after it synchronized
  * where its requests are bound by its host), of lower priority, or past
- * its quantum: a holder that stops launching or is killed stalls nobody. Waiters sleep on a futex in the region, holding no
- * lock.
+ * its quantum: a holder that stops launching or is killed stalls nobody.
+ * Waiters sleep on a futex in the region, holding no lock.
  *
  * A cap (--compute-max) is a token bucket in the tenant's entry, shared by
  * its processes: it earns cap x elapsed time up to a small burst and pays
@@ -167,7 +167,7 @@ struct turn {
     uint32_t seen_holder;
     int seen_busy;                  /* it had work in flight */
     uint64_t seen_launches, seen_at;
-    uint64_t look_at;               /* when it will have been idle long enough (0: not counting) */
+    uint64_t look_at;               /* when it will have been idle long enough to take from */
     uint64_t wdefault, wdefault_at; /* weight of a tenant without a share, and when computed */
     uint64_t idle_at, gap_avg; /* when a sync left nothing in flight; how long such pauses last */
     int holding;               /* we held the GPU at our last look, in a turn begun at `at` */

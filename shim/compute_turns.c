@@ -150,7 +150,7 @@ int may_take(struct gpu *g, uint32_t h, uint64_t now)
      * flight; it woke us then) and not lent at once (synced_on), is taken
      * once it has lasted LEND_AFTER_NS: on an H100, eager inference at
      * half its peak rate pauses 0.2-0.8 ms between requests, too short
-     * for either. What we then run delays its next request, which waits
+     * to be lent at once or to pass for idle. What we then run delays its next request, which waits
      * for the GPU more; below BESIDE_HOST of host work we stop. A
      * GPU-bound one's requests would wait for our work all along. */
     uint64_t idle = hp <= mp ? POLL_NS
