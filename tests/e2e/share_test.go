@@ -310,6 +310,28 @@ func TestAHostBoundTenantsGapsAreFilled(t *testing.T) {
 	}
 }
 
+// A capped tenant fills no gaps: beside a host-bound equal whose gaps an
+// uncapped one would fill, it gets its cap of the device and no more. Its
+// bucket is kept only as holder, so a fill would run unpaid (55 % of the
+// device against a 20 % cap, without the check).
+func TestACappedTenantFillsNoGaps(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	a := e.spinnerUnder([]string{"--compute", "20%", "--compute-max", "20%"}, "2000", "2", "16")
+	b := e.spinnerUnder([]string{"--compute", "70%"}, "100", "2", "16", "0", "eager", "200")
+	a.start()
+	b.start()
+	ra, rb := a.result(), b.result()
+	if ra.wallMs <= 0 {
+		t.Fatalf("the capped tenant reported no time: %+v", ra)
+	}
+	share := ra.share * ra.elapsedMs / ra.wallMs // over the host's time, which its cap earns in (capBand)
+	t.Logf("2 ms kernels capped at 20%%: %.1f%% of the device beside a host-bound tenant at 70%% (%.1f%%)", share, rb.share)
+	if share > 20+2 {
+		t.Errorf("a tenant capped at 20%% got %.1f%% of the device beside a host-bound one, want at most 20%% + 2", share)
+	}
+}
+
 // A high-priority tenant runs as if alone next to a low-priority one, which
 // waits while it has work and takes the device back once it is done.
 func TestPriorityRunsFirst(t *testing.T) {
