@@ -134,16 +134,19 @@ int may_take(struct gpu *g, uint32_t h, uint64_t now)
         mask_clear(g->hdr->waiting, i % FG_SCHED_SLOTS);
         return 1; /* its holder died */
     }
-    /* Idle: seen with nothing in flight and no launch over a poll. */
+    /* Idle: seen with nothing in flight and no launch over a poll; a
+     * higher priority's pause counted from the first look that found
+     * nothing in flight (its synchronization woke us), not from the last
+     * that found work. */
     uint64_t launches = LOAD(&g->slots[i].launches);
+    uint32_t hp = priority_of(g, (int)i), mp = LOAD(&g->t->priority);
     int busy = LOAD(&g->slots[i].inflight) != 0;
-    if (h != g->turn.seen_holder || launches != g->turn.seen_launches || busy || g->turn.seen_busy) {
+    if (h != g->turn.seen_holder || launches != g->turn.seen_launches || busy || (g->turn.seen_busy && hp > mp)) {
         g->turn.seen_holder = h;
         g->turn.seen_launches = launches;
         g->turn.seen_at = now;
     }
     g->turn.seen_busy = busy;
-    uint32_t hp = priority_of(g, (int)i), mp = LOAD(&g->t->priority);
     struct fg_sched_tenant *ht = tenant_of(g, i);
     /* A higher priority is given longer to come back. A pause of one whose
      * requests are bound by its host, after it synchronized (nothing in
