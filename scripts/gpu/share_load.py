@@ -12,7 +12,9 @@
                                              3x the median
     share_load.py infer RATE SECONDS [START] batch-1 inference of a small
                                              transformer, requests every 1/RATE s;
-                                             prints "latency_ms P50 P99 N", then
+                                             prints "requests RATE MS..." (each
+                                             latency, by arrival), "latency_ms
+                                             P50 P99 N", then
                                              "slow T MS at EPOCH ..." for requests
                                              over 5x p50 (graphs: where it waited,
                                              and "split" with the p50/p99 of each part)
@@ -23,7 +25,11 @@
                                              do: GPU time, not Python, is its cost
 
 START is a wall-clock time (epoch seconds) to wait for after warming up, so
-that tenants started one after another measure the same seconds.
+that tenants started one after another measure the same seconds, or
+wait:DIR:OFFSET (gpu-matrix.sh): once set up, say so in DIR and start
+OFFSET seconds after the time the script then writes to DIR/go. Each
+load except peak ends with "span START END": when its measured seconds
+or requests began and ended.
 """
 import os
 import sys
