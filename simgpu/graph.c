@@ -127,10 +127,26 @@ struct sim_graph {
     struct sim_urefs urefs;
 };
 
+/* A graph's topology as it was instantiated, which cuGraphExecUpdate
+ * compares: its nodes in order, each one's kind, its dependencies by their
+ * place in the graph with each edge's data, a child graph's in its node. */
+struct shape {
+    size_t n;
+    struct shape_node {
+        CUgraphNodeType type;
+        const struct sim_node *node; /* the graph's (only named, never read) */
+        size_t ndeps;
+        size_t *deps;
+        CUgraphEdgeData *edata; /* NULL: all plain */
+        struct shape *child;
+    } *nodes;
+};
+
 struct sim_exec {
     uint32_t magic;
     size_t n;
     struct sim_node *nodes; /* copies, child graphs flattened */
+    struct shape *shape;    /* its graph's topology */
     unsigned long long flags;
     struct sim_graph *graph; /* while both exist, when it has memory nodes */
     int mem;                 /* has memory nodes */
@@ -1384,6 +1400,84 @@ static size_t flat_count(const struct sim_graph *g)
     return k;
 }
 
+static void shape_free(struct shape *s)
+{
+    for (size_t i = 0; s && i < s->n; i++) {
+        free(s->nodes[i].deps);
+        free(s->nodes[i].edata);
+        shape_free(s->nodes[i].child);
+    }
+    if (s)
+        free(s->nodes);
+    free(s);
+}
+
+/* g's topology; NULL if out of memory. */
+static struct shape *shape_of(const struct sim_graph *g)
+{
+    struct shape *s = calloc(1, sizeof *s);
+    if (!s || (g->n && !(s->nodes = calloc(g->n, sizeof *s->nodes)))) {
+        free(s);
+        return NULL;
+    }
+    s->n = g->n;
+    for (size_t i = 0; i < g->n; i++) {
+        const struct sim_node *n = g->nodes[i];
+        struct shape_node *c = &s->nodes[i];
+        *c = (struct shape_node){.type = n->type, .node = n, .ndeps = n->ndeps};
+        if ((n->ndeps && !(c->deps = calloc(n->ndeps, sizeof *c->deps))) ||
+            (n->edata && !(c->edata = malloc(n->ndeps * sizeof *c->edata))) ||
+            (n->type == CU_GRAPH_NODE_TYPE_GRAPH && !(c->child = shape_of(n->u.child)))) {
+            shape_free(s);
+            return NULL;
+        }
+        if (n->edata)
+            memcpy(c->edata, n->edata, n->ndeps * sizeof *c->edata);
+        /* a dependency is a node of the same graph, most often just before */
+        for (size_t d = 0; d < n->ndeps; d++)
+            for (size_t k = g->n; k-- > 0;)
+                if (g->nodes[(i + k) % g->n] == n->deps[d]) {
+                    c->deps[d] = (i + k) % g->n;
+                    break;
+                }
+    }
+    return s;
+}
+
+/* Where topology b (hGraph's) differs from a (the executable's): the node
+ * counts of a graph, a node's dependencies (paired in the order they were
+ * added) or their edges' data, a node's kind. The node named is hGraph's;
+ * none where a graph's node count differs, unless a child graph's (its
+ * node then); an edge's other end where a dependency differs. */
+static CUgraphExecUpdateResult shape_diff(const struct shape *a, const struct shape *b, const struct sim_node *in,
+                                          CUgraphExecUpdateResultInfo *info)
+{
+    if (a->n != b->n) {
+        info->errorNode = (CUgraphNode)in;
+        return CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+    }
+    for (size_t i = 0; i < b->n; i++) {
+        const struct shape_node *x = &a->nodes[i], *y = &b->nodes[i];
+        info->errorNode = (CUgraphNode)y->node;
+        if (x->ndeps != y->ndeps)
+            return CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+        for (size_t d = 0; d < y->ndeps; d++) {
+            CUgraphEdgeData ex = x->edata ? x->edata[d] : plain_edge, ey = y->edata ? y->edata[d] : plain_edge;
+            if (x->deps[d] != y->deps[d] || memcmp(&ex, &ey, sizeof ex)) {
+                info->errorFromNode = (CUgraphNode)b->nodes[y->deps[d]].node;
+                return CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+            }
+        }
+        if (x->type != y->type)
+            return CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
+        CUgraphExecUpdateResult r;
+        if (y->child && (r = shape_diff(x->child, y->child, y->node, info)) != CU_GRAPH_EXEC_UPDATE_SUCCESS)
+            return r;
+    }
+    info->errorNode = NULL;
+    return CU_GRAPH_EXEC_UPDATE_SUCCESS;
+}
+
 static struct sim_exec *flat_of(const struct sim_graph *g);
 
 /* g's nodes in order, child graphs' in their place; a conditional node's
@@ -1414,7 +1508,8 @@ static struct sim_exec *flat_of(const struct sim_graph *g)
 {
     struct sim_exec *x = calloc(1, sizeof *x);
     size_t n = flat_count(g);
-    if (x && n && !(x->nodes = calloc(n, sizeof *x->nodes))) {
+    if (x && ((n && !(x->nodes = calloc(n, sizeof *x->nodes))) || !(x->shape = shape_of(g)))) {
+        free(x->nodes);
         free(x);
         return NULL;
     }
@@ -1434,6 +1529,7 @@ static void conds_free(struct sim_node *nodes, size_t n)
             if (x) {
                 conds_free(x->nodes, x->n);
                 free(x->nodes);
+                shape_free(x->shape);
                 free(x);
             }
         }
@@ -1469,6 +1565,7 @@ static void exec_free(struct sim_exec *x)
     x->magic = 0;
     conds_free(x->nodes, x->n);
     free(x->nodes);
+    shape_free(x->shape);
     sim_urefs_free(&x->urefs);
     free(x);
 }
@@ -1574,7 +1671,9 @@ static CUresult instantiate(CUgraphExec *out, CUgraph graph, unsigned long long 
         return CUDA_ERROR_INVALID_VALUE;
     struct sim_exec *x = calloc(1, sizeof *x);
     size_t n = flat_count(g);
-    if (!x || (n && !(x->nodes = calloc(n, sizeof *x->nodes)))) {
+    if (!x || (n && !(x->nodes = calloc(n, sizeof *x->nodes))) || !(x->shape = shape_of(g))) {
+        if (x)
+            free(x->nodes);
         free(x);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
@@ -1859,10 +1958,10 @@ void sim_graph_ctx_release(struct sim_ctx *ctx)
     pthread_mutex_unlock(&sim_mem_lock);
 }
 
-/* hGraphExec takes hGraph's nodes' parameters when hGraph has the shape
- * it was made from: as many nodes (child graphs' in their place) of the
- * same kinds in the same order, conditional nodes of the same kind and
- * number of bodies. Graphs with memory nodes are not updated. */
+/* hGraphExec takes hGraph's nodes' parameters when hGraph has the
+ * topology it was made from (shape_diff), conditional nodes of the same
+ * kind and number of bodies, each body of that topology too. Graphs with
+ * memory nodes are not updated. */
 SIM_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
                                          CUgraphExecUpdateResultInfo *resultInfo)
 {
@@ -1878,18 +1977,20 @@ SIM_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
     struct sim_exec *y = flat_of(g);
     if (!y)
         return CUDA_ERROR_OUT_OF_MEMORY;
-    CUgraphExecUpdateResult res = y->n != x->n ? CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED : CU_GRAPH_EXEC_UPDATE_SUCCESS;
+    CUgraphExecUpdateResult res = shape_diff(x->shape, y->shape, NULL, resultInfo);
     for (size_t i = 0; res == CU_GRAPH_EXEC_UPDATE_SUCCESS && i < y->n; i++) {
         const struct sim_node *a = &x->nodes[i], *b = &y->nodes[i];
-        if (a->type != b->type)
-            res = CU_GRAPH_EXEC_UPDATE_ERROR_NODE_TYPE_CHANGED;
-        else if (a->type == CU_GRAPH_NODE_TYPE_CONDITIONAL &&
-                 (a->u.cond.type != b->u.cond.type || a->u.cond.size != b->u.cond.size))
+        if (b->type != CU_GRAPH_NODE_TYPE_CONDITIONAL)
+            continue;
+        resultInfo->errorNode = (CUgraphNode)b->orig;
+        if (a->u.cond.type != b->u.cond.type || a->u.cond.size != b->u.cond.size)
             res = CU_GRAPH_EXEC_UPDATE_ERROR_PARAMETERS_CHANGED;
-        if (res != CU_GRAPH_EXEC_UPDATE_SUCCESS) {
-            resultInfo->errorNode = (CUgraphNode)b->orig;
-            resultInfo->errorFromNode = (CUgraphNode)a->orig;
-        }
+        for (unsigned k = 0; res == CU_GRAPH_EXEC_UPDATE_SUCCESS && k < b->u.cond.size; k++)
+            res = !a->u.cond.flat || !b->u.cond.flat || !a->u.cond.flat[k] || !b->u.cond.flat[k]
+                      ? CU_GRAPH_EXEC_UPDATE_ERROR /* a body not instantiated: out of memory */
+                      : shape_diff(a->u.cond.flat[k]->shape, b->u.cond.flat[k]->shape, b->orig, resultInfo);
+        if (res == CU_GRAPH_EXEC_UPDATE_SUCCESS)
+            resultInfo->errorNode = NULL;
     }
     resultInfo->result = res;
     struct sim_exec *drop = res == CU_GRAPH_EXEC_UPDATE_SUCCESS ? x : y;
@@ -1897,6 +1998,7 @@ SIM_EXPORT CUresult cuGraphExecUpdate_v2(CUgraphExec hGraphExec, CUgraph hGraph,
     free(drop->nodes);
     if (res == CU_GRAPH_EXEC_UPDATE_SUCCESS)
         x->nodes = y->nodes;
+    shape_free(y->shape);
     free(y);
     return res == CU_GRAPH_EXEC_UPDATE_SUCCESS ? CUDA_SUCCESS : CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE;
 }

@@ -371,7 +371,7 @@ static int conditional(CUcontext ctx)
     r = cuGraphExecUpdate_v2(x, g3, &info);
     printf("update from a graph of an empty node: %s, result %d, error node: %s, from: %s\n", result_name(r),
            (int)info.result, info.errorNode == e3 ? "the empty node" : "another",
-           info.errorFromNode == c2 ? "the conditional node" : "another");
+           !info.errorFromNode ? "none" : info.errorFromNode == c2 ? "the conditional node" : "another");
     CHECK(cuGraphExecDestroy(x));
     CHECK(cuGraphDestroy(g3));
     CHECK(cuGraphDestroy(g2));
@@ -1685,6 +1685,109 @@ static int kernelparams(CUcontext ctx)
     return 0;
 }
 
+/* Kinds of graph for updates by topology (topo_graph): the executable's
+ * own, then each way to differ from it. */
+enum topo { T_SAME, T_OTHER_DEP, T_MORE_DEPS, T_EDGE_KIND, T_NODE_KIND, T_MORE_NODES, T_CHILD, T_COUNT };
+static const char *const topo_what[T_COUNT] = {
+    "the same topology", "C after B, not A", "C after A and B", "C after A by a programmatic edge",
+    "C an empty node", "a node more", "the child graph's nodes unordered"};
+
+/* A graph of kernel nodes each writing one word of w (node i: word i gets
+ * base + i): A; B and C after A; a child graph after B of k1 and k2 after
+ * k1 (words 3 and 4); differing as t says. Its nodes into n (A, B, C, the
+ * child graph's node, k1 and k2 in it, a node more). */
+static CUgraph topo_graph(enum topo t, CUfunction fill, CUdeviceptr w, unsigned base, CUgraphNode n[7])
+{
+    CUgraph g, child;
+    CHECK(cuGraphCreate(&g, 0));
+    CHECK(cuGraphCreate(&child, 0));
+    CUdeviceptr at[5];
+    unsigned v[5], one = 1;
+    void *args[5][3];
+    CUDA_KERNEL_NODE_PARAMS kp[5];
+    for (int i = 0; i < 5; i++) {
+        at[i] = w + 4 * (CUdeviceptr)i, v[i] = base + (unsigned)i;
+        args[i][0] = &at[i], args[i][1] = &v[i], args[i][2] = &one;
+        kp[i] = one_thread(fill, args[i]);
+    }
+    memset(n, 0, 7 * sizeof *n);
+    CHECK(cuGraphAddKernelNode_v2(&n[0], g, NULL, 0, &kp[0]));
+    CHECK(cuGraphAddKernelNode_v2(&n[1], g, &n[0], 1, &kp[1]));
+    if (t == T_NODE_KIND)
+        CHECK(cuGraphAddEmptyNode(&n[2], g, &n[0], 1));
+    else if (t == T_EDGE_KIND) {
+        CUgraphEdgeData e;
+        memset(&e, 0, sizeof e);
+        e.from_port = CU_GRAPH_KERNEL_NODE_PORT_PROGRAMMATIC;
+        e.type = CU_GRAPH_DEPENDENCY_TYPE_PROGRAMMATIC;
+        CHECK(cuGraphAddKernelNode_v2(&n[2], g, NULL, 0, &kp[2]));
+        CHECK(cuGraphAddDependencies_v2(g, &n[0], &n[2], &e, 1));
+    } else
+        CHECK(cuGraphAddKernelNode_v2(&n[2], g, t == T_OTHER_DEP ? &n[1] : &n[0], t == T_MORE_DEPS ? 2 : 1, &kp[2]));
+    CHECK(cuGraphAddKernelNode_v2(&n[4], child, NULL, 0, &kp[3]));
+    CHECK(cuGraphAddKernelNode_v2(&n[5], child, t == T_CHILD ? NULL : &n[4], t == T_CHILD ? 0 : 1, &kp[4]));
+    CHECK(cuGraphAddChildGraphNode(&n[3], g, &n[1], 1, child));
+    CHECK(cuGraphDestroy(child));
+    /* the node holds a copy of the child graph: k1 and k2 are its nodes */
+    size_t two = 2;
+    CHECK(cuGraphChildGraphNodeGetGraph(n[3], &child));
+    CHECK(cuGraphGetNodes(child, &n[4], &two));
+    if (t == T_MORE_NODES)
+        CHECK(cuGraphAddEmptyNode(&n[6], g, &n[2], 1));
+    return g;
+}
+
+/* Updates of an executable graph by topology: a graph of the same one
+ * (its kernels' values changed) updates it; one whose node depends on
+ * another, has a dependency more, an edge of another kind, is of another
+ * kind, or with a node more, or whose child graph's nodes are not ordered
+ * as they were, is refused: the node named (and the edge's other end where
+ * a dependency differs), the executable running as before. */
+static int topology(CUcontext ctx)
+{
+    (void)ctx;
+    static const char *const names[7] = {"A", "B", "C", "the child graph's node", "k1", "k2", "the node more"};
+    CUstream st;
+    CUmodule mod;
+    CUfunction fill;
+    CUdeviceptr w;
+    CHECK(cuStreamCreate(&st, 0));
+    CHECK(cuModuleLoadData(&mod, COND_MODULE));
+    CHECK(cuModuleGetFunction(&fill, mod, "fill"));
+    CHECK(cuMemAlloc_v2(&w, 32));
+    CUgraphNode n[7];
+    CUgraph g = topo_graph(T_SAME, fill, w, 0, n);
+    CUgraphExec x;
+    CHECK(cuGraphInstantiateWithFlags(&x, g, 0));
+    CHECK(cuGraphDestroy(g));
+    for (int t = T_COUNT - 1; t >= 0; t--) { /* the same topology last: each refusal leaves base 0 */
+        g = topo_graph((enum topo)t, fill, w, 10 * (unsigned)t + 10, n);
+        CUgraphExecUpdateResultInfo info;
+        memset(&info, 0x5a, sizeof info);
+        CUresult r = cuGraphExecUpdate_v2(x, g, &info);
+        const char *node = info.errorNode ? "another" : "none", *from = info.errorFromNode ? "another" : "none";
+        for (int i = 0; i < 7; i++) {
+            if (n[i] && info.errorNode == n[i])
+                node = names[i];
+            if (n[i] && info.errorFromNode == n[i])
+                from = names[i];
+        }
+        CHECK(cuMemsetD8_v2(w, 0, 32));
+        CHECK(cuGraphLaunch(x, st));
+        CHECK(cuStreamSynchronize(st));
+        unsigned words[5];
+        CHECK(cuMemcpyDtoH_v2(words, w, sizeof words));
+        printf("update from %s: %s, result %d, error node %s, from %s; runs %u %u %u %u %u\n", topo_what[t],
+               result_name(r), (int)info.result, node, from, words[0], words[1], words[2], words[3], words[4]);
+        CHECK(cuGraphDestroy(g));
+    }
+    CHECK(cuGraphExecDestroy(x));
+    CHECK(cuMemFree_v2(w));
+    CHECK(cuModuleUnload(mod));
+    CHECK(cuStreamDestroy_v2(st));
+    return 0;
+}
+
 /* The CUDA 10 and 11 ABIs of kernel nodes, executable updates and capture
  * information, looked up at 11.8 as that runtime does: a kernel node added,
  * read back, changed in the graph and in the executable, an executable
@@ -2258,6 +2361,8 @@ int main(int argc, char **argv)
         return conditional(ctx);
     if (argc > 1 && strcmp(argv[1], "kernelparams") == 0)
         return kernelparams(ctx);
+    if (argc > 1 && strcmp(argv[1], "topology") == 0)
+        return topology(ctx);
     if (argc > 1 && strcmp(argv[1], "old") == 0)
         return old_abis(ctx);
     if (argc > 1 && strcmp(argv[1], "generic") == 0)

@@ -59,7 +59,7 @@ func TestRemoteGraphConditionalNodes(t *testing.T) {
 		"IF/else, default 0: word 2", "IF/else, default 1: word 1", "WHILE from 5: body ran 5 times, counter 0",
 		"IF of 3 bodies: CUDA_ERROR_INVALID_VALUE\nWHILE of 2 bodies: CUDA_ERROR_INVALID_VALUE",
 		"update from a graph of the same shape: CUDA_SUCCESS, result 0\nupdated WHILE from 3: body ran 0 times, counter 3",
-		"update from a graph of an empty node: CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, result 3, error node: the empty node, from: the conditional node",
+		"update from a graph of an empty node: CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, result 3, error node: the empty node, from: none",
 		"captured into the IF node's body: the same graph, 2 roots\nIF with a captured body: word 42, tally 1",
 		"nodes left: 1",
 	} {
@@ -68,6 +68,34 @@ func TestRemoteGraphConditionalNodes(t *testing.T) {
 		}
 	}
 	printsAsLocally(t, local, []string{"graphnodes", "conditional"}, "unix", "shm", "tcp")
+}
+
+// An executable graph is updated only from a graph of its topology, as
+// the driver documents: a node depending on another node, a dependency
+// more, an edge of another kind (programmatic), a node of another kind, a
+// node more, or a child graph whose nodes are not ordered as they were
+// are each refused, naming hGraph's node (and the edge's other end where a
+// dependency differs; no node where the node count does), and the
+// executable runs as before; the same topology updates it. Remotely as
+// locally over every transport, the nodes named as the program knows them.
+func TestGraphExecUpdateByTopology(t *testing.T) {
+	e := newEnv(t)
+	local := e.run("graphnodes", "topology")
+	refused := "CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE"
+	for _, want := range []string{
+		"update from the child graph's nodes unordered: " + refused + ", result 2, error node k2, from none; runs 0 1 2 3 4\n",
+		"update from a node more: " + refused + ", result 2, error node none, from none; runs 0 1 2 3 4\n",
+		"update from C an empty node: " + refused + ", result 3, error node C, from none; runs 0 1 2 3 4\n",
+		"update from C after A by a programmatic edge: " + refused + ", result 2, error node C, from A; runs 0 1 2 3 4\n",
+		"update from C after A and B: " + refused + ", result 2, error node C, from none; runs 0 1 2 3 4\n",
+		"update from C after B, not A: " + refused + ", result 2, error node C, from B; runs 0 1 2 3 4\n",
+		"update from the same topology: CUDA_SUCCESS, result 0, error node none, from none; runs 10 11 12 13 14\n",
+	} {
+		if local.code != 0 || !strings.Contains(local.stdout, want) {
+			t.Fatalf("locally: exit %d, no %q in\n%s%s", local.code, want, local.stdout, local.stderr)
+		}
+	}
+	printsAsLocally(t, local, []string{"graphnodes", "topology"}, "unix", "shm", "tcp")
 }
 
 // cuGraphAddNode makes every kind of node remotely as locally, over every
