@@ -175,6 +175,15 @@ static const char COND_MODULE[] = "FLEXGV-SIM-MODULE\n"
                                   "kernel add 5 builtin=add\n"
                                   "kernel setcond 5 builtin=setcond\n";
 
+/* A stream, COND_MODULE's fill kernel and bytes of device memory. */
+static void fill_setup(CUstream *st, CUmodule *mod, CUfunction *fill, CUdeviceptr *w, size_t bytes)
+{
+    CHECK(cuStreamCreate(st, 0));
+    CHECK(cuModuleLoadData(mod, COND_MODULE));
+    CHECK(cuModuleGetFunction(fill, *mod, "fill"));
+    CHECK(cuMemAlloc_v2(w, bytes));
+}
+
 static CUDA_KERNEL_NODE_PARAMS one_thread(CUfunction f, void **params)
 {
     CUDA_KERNEL_NODE_PARAMS kp;
@@ -1751,10 +1760,7 @@ static int topology(CUcontext ctx)
     CUmodule mod;
     CUfunction fill;
     CUdeviceptr w;
-    CHECK(cuStreamCreate(&st, 0));
-    CHECK(cuModuleLoadData(&mod, COND_MODULE));
-    CHECK(cuModuleGetFunction(&fill, mod, "fill"));
-    CHECK(cuMemAlloc_v2(&w, 32));
+    fill_setup(&st, &mod, &fill, &w, 32);
     CUgraphNode n[7];
     CUgraph g = topo_graph(T_SAME, fill, w, 0, n);
     CUgraphExec x;
@@ -1812,10 +1818,7 @@ static int old_abis(CUcontext ctx)
     CUfunction fill;
     CUdeviceptr w;
     CUstream st;
-    CHECK(cuStreamCreate(&st, 0));
-    CHECK(cuModuleLoadData(&mod, COND_MODULE));
-    CHECK(cuModuleGetFunction(&fill, mod, "fill"));
-    CHECK(cuMemAlloc_v2(&w, 64));
+    fill_setup(&st, &mod, &fill, &w, 64);
     unsigned v7 = 7, v9 = 9, v11 = 11, four = 4, eight = 8;
     void *args[] = {&w, &v7, &four};
     CUDA_KERNEL_NODE_PARAMS_v1 kp = {.func = fill, .gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 1,
