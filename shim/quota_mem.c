@@ -92,6 +92,7 @@ CUresult fg_mem_cuMemAllocPitch_v2(fg_real_cuMemAllocPitch_v2 next, CUdeviceptr 
         REAL(cuMemFree_v2)(*dptr);
         fg_relaxed_end(m);
         unadmit(dev, est);
+        fg_backstop_again(dev);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     record((uintptr_t)*dptr, R_MEM, dev, bytes);

@@ -100,6 +100,9 @@ long long fg_nvml_self_used(int dev);
 /* The driver may have taken memory no charge knows of: the next charge
  * reads its count (the backstop). */
 void fg_backstop_soon(void);
+/* The driver's count read again at once for dev: memory it showed was
+ * given back on the way out of a refusal (tenant.c). */
+void fg_backstop_again(int dev);
 int fg_tenant_ready(void);
 int fg_tenant_refused(void);
 void fg_tenant_after_fork(void);

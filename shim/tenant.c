@@ -544,6 +544,21 @@ static int charges_still(uint64_t moves)
 
 void fg_backstop_soon(void) { __atomic_add_fetch(&backstop_gen, 1, __ATOMIC_RELEASE); }
 
+static void backstop(int dev, int e, int force);
+
+/* A refusal reads the driver's count (fg_charge); one made after the
+ * driver allocated (a pitched allocation's padding, known only then) read
+ * it with that allocation in it, and the allocation given back since would
+ * stay counted as the tenant's, the whole tenant refused for it, until the
+ * next reading. */
+void fg_backstop_again(int dev)
+{
+    int e;
+    if (!fg_tenant_ready() || (e = fg_entry_of(dev)) < 0)
+        return;
+    GUARD((void)0, backstop(dev, e, 1));
+}
+
 static void backstop(int dev, int e, int force)
 {
     struct timespec ts;

@@ -408,7 +408,8 @@ SIM_EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t
     if (!pPitch || (ElementSizeBytes != 4 && ElementSizeBytes != 8 && ElementSizeBytes != 16) || WidthInBytes == 0 ||
         Height == 0)
         return CUDA_ERROR_INVALID_VALUE;
-    size_t pitch = (size_t)fg_drv_pitch(sim_drv(), WidthInBytes);
+    size_t pitch = sim->cfg.pitch_align ? (size_t)fg_drv_up(WidthInBytes, sim->cfg.pitch_align)
+                                        : (size_t)fg_drv_pitch(sim_drv(), WidthInBytes);
     CUresult r = device_alloc(dptr, pitch * Height, K_DEVICE);
     if (r == CUDA_SUCCESS)
         *pPitch = pitch;

@@ -37,7 +37,8 @@ struct sim_config {
     uint64_t kernel_ns;
     int driver_version;
     uint64_t timeslice_ns;
-    int machine; /* in the GPUs' UUIDs: another machine's differ */
+    int machine;          /* in the GPUs' UUIDs: another machine's differ */
+    uint64_t pitch_align; /* a pitched row's; 0: the driver model's (drvmem.h) */
 };
 
 struct sim_bucket {

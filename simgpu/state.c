@@ -285,6 +285,10 @@ static int set_key(struct sim_config *c, const char *key, const char *val)
         if (*end || !(us >= 1))
             return -1;
         c->timeslice_ns = (uint64_t)(us * 1000.0);
+    } else if (!strcmp(key, "pitch_align")) {
+        if (parse_size(val, &n) || n == 0 || n > (1u << 20))
+            return -1;
+        c->pitch_align = n;
     } else if (!strcmp(key, "machine")) {
         if (parse_size(val, &n) || n > 255)
             return -1;
@@ -341,7 +345,8 @@ static int load_config(struct sim_config *c)
     } envs[] = {{"FLEXGV_SIM_DEVICES", "devices"},   {"FLEXGV_SIM_MEM", "memory"},
                 {"FLEXGV_SIM_SMS", "sms"},           {"FLEXGV_SIM_CTX_MEM", "context_memory"},
                 {"FLEXGV_SIM_KERNEL_US", "kernel_us"}, {"FLEXGV_SIM_DRIVER_VERSION", "driver_version"},
-                {"FLEXGV_SIM_TIMESLICE_US", "timeslice_us"}, {"FLEXGV_SIM_MACHINE", "machine"}};
+                {"FLEXGV_SIM_TIMESLICE_US", "timeslice_us"}, {"FLEXGV_SIM_MACHINE", "machine"},
+                {"FLEXGV_SIM_PITCH_ALIGN", "pitch_align"}};
     for (size_t i = 0; i < sizeof envs / sizeof envs[0]; i++) {
         const char *v = getenv(envs[i].env);
         if (v && *v && set_key(c, envs[i].key, v)) {

@@ -405,6 +405,19 @@ int main(int argc, char **argv)
         paths();
         return failures != 0;
     }
+    if (!strcmp(mode, "pitch") && argc > 3) {
+        /* cuMemAllocPitch of WIDTH x HEIGHT bytes: what it answers and what
+         * it charged, then what is left charged once freed */
+        size_t base = used_now(), pitch = 0, w = strtoull(argv[2], NULL, 0), h = strtoull(argv[3], NULL, 0);
+        CUdeviceptr p = 0;
+        CUresult r = cuMemAllocPitch_v2(&p, &pitch, w, h, 4);
+        printf("pitch %zu x %zu: %s, pitch %zu, charged %zu", w, h, result_name(r), r == CUDA_SUCCESS ? pitch : 0,
+               used_now() - base);
+        if (r == CUDA_SUCCESS)
+            CHECK(cuMemFree_v2(p));
+        printf(", then %zu\n", used_now() - base);
+        return 0;
+    }
     if (!strcmp(mode, "exact")) {
         exact();
         return 0;

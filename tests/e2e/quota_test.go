@@ -38,6 +38,29 @@ func TestEveryAllocationPathIsCharged(t *testing.T) {
 	}
 }
 
+// The pitch of cuMemAllocPitch is known only once the driver has chosen
+// it: one that pads rows more than the shim's model of the driver (a row
+// of 100 bytes to 4096 where the model says 512) is charged what it took,
+// and where that does not fit, refused with nothing left allocated or
+// charged, though the model's estimate fit.
+func TestPitchPaddedPastTheModelIsCharged(t *testing.T) {
+	e := quotaEnv(t, "FLEXGV_SIM_PITCH_ALIGN=4096")
+	for _, c := range []struct{ height, want string }{
+		{"200", "pitch 100 x 200: CUDA_SUCCESS, pitch 4096, charged 851968, then 0\n"},
+		// 244 MiB as the model has it, 1953 MiB taken: past the 960 MiB left
+		{"500000", "pitch 100 x 500000: CUDA_ERROR_OUT_OF_MEMORY, pitch 0, charged 0, then 0\n"},
+	} {
+		r := e.run("flexgv", "run", "--mem", "1GiB", "--", bin("memclient"), "pitch", "100", c.height)
+		if r.code != 0 || r.stdout != c.want {
+			t.Errorf("got %q (exit %d, %s), want %q", r.stdout, r.code, r.stderr, c.want)
+		}
+	}
+	// the simulated GPU has nothing left of it either
+	if r := e.run("memclient", "info"); r.code != 0 || !strings.Contains(r.stdout, "free 17112760320 ") {
+		t.Errorf("the device after the refusal: %q (exit %d, %s)", r.stdout, r.code, r.stderr)
+	}
+}
+
 func TestQuotaBoundaryIsExact(t *testing.T) {
 	e := quotaEnv(t)
 	r := e.run("flexgv", "run", "--mem", "1GiB", "--", bin("memclient"), "exact")
