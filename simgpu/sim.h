@@ -25,8 +25,8 @@
 #define SIM_LANES_PER_DEV 4        /* a process's streams on one device run concurrently in up to 4 lanes */
 #define SIM_LANES (SIM_MAX_DEVICES * SIM_LANES_PER_DEV)
 #define SIM_RING 128               /* items a lane holds; launching into a full lane waits */
-#define SIM_STATE_VERSION 9
-#define SIM_STATE_VERSION_TEXT "9" /* in the default state file's name: versions never meet */
+#define SIM_STATE_VERSION 10
+#define SIM_STATE_VERSION_TEXT "10" /* in the default state file's name: versions never meet */
 #define SIM_GRANULARITY (2ull << 20) /* VMM and graph memory pages */
 
 struct sim_config {
