@@ -16,6 +16,10 @@
 #                   --priority), mps (plain MPS), mpsthreads (MPS with
 #                   CUDA_MPS_ACTIVE_THREAD_PERCENTAGE: 30/70, or the trainer
 #                   at 50), mpsflexgv (flexgv under MPS)
+#   MATRIX_PER_S    "REQUEST:N ...": requests a second for those request
+#                   loads, instead of MATRIX_RATE of a peak measured in this
+#                   run (a host's peak moves between machines and runs: a
+#                   fixed rate compares runs)
 #   MATRIX_S        seconds a pair runs together (default 15)
 #   MATRIX_ROUNDS   rounds (default 1)
 #   MATRIX_WARM     seconds a pair's processes get to set up, at most
@@ -48,6 +52,10 @@ done
     { echo "MATRIX_S=$MATRIX_S MATRIX_ROUNDS=$MATRIX_ROUNDS MATRIX_WARM=${MATRIX_WARM:-60}: give whole numbers from 1"; exit 2; }
 [[ $MATRIX_RATE =~ ^(0\.[0-9]*[1-9][0-9]*|1(\.0*)?)$ ]] || { echo "MATRIX_RATE=$MATRIX_RATE: give a fraction of the peak rate, above 0 and at most 1"; exit 2; }
 load_ok() { [[ $1 =~ ^(matmul|conv|train[1-9][0-9]*|infer|infer-graph)$ ]]; }
+for p in ${MATRIX_PER_S:-}; do
+    [[ $p =~ ^(infer|infer-graph):([1-9][0-9]*(\.[0-9]+)?|0\.[0-9]*[1-9][0-9]*)$ ]] ||
+        { echo "MATRIX_PER_S: $p: give REQUEST:N, N requests a second above 0, of infer or infer-graph"; exit 2; }
+done
 for p in $SHARE_PAIRS $PRIORITY_PAIRS; do
     [[ $p == *:* ]] && load_ok "${p%%:*}" && load_ok "${p#*:}" ||
         { echo "pair $p: give LOAD:LOAD of matmul conv trainN infer infer-graph"; exit 2; }
@@ -65,7 +73,7 @@ echo "logs: $OUT"
 date -u +%Y-%m-%dT%H:%M:%SZ
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
 python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
-echo "MATRIX_S=$MATRIX_S MATRIX_ROUNDS=$MATRIX_ROUNDS MATRIX_RATE=$MATRIX_RATE MECHANISMS=\"$MECHANISMS\""
+echo "MATRIX_S=$MATRIX_S MATRIX_ROUNDS=$MATRIX_ROUNDS MATRIX_RATE=$MATRIX_RATE MATRIX_PER_S=\"${MATRIX_PER_S:-}\" MECHANISMS=\"$MECHANISMS\""
 echo "SHARE_PAIRS=\"$SHARE_PAIRS\" PRIORITY_PAIRS=\"$PRIORITY_PAIRS\""
 R=$OUT/runs
 FAILED=$OUT/failed.txt # one line a run that failed
@@ -182,6 +190,10 @@ mps_stop() {
 
 echo "== requests' peak rates, alone"
 mkdir -p "$R" && echo "$MATRIX_RATE" >"$R/rate.txt"
+mkdir -p "$R/peak"
+for p in ${MATRIX_PER_S:-}; do
+    echo "${p#*:}" >"$R/peak/${p%%:*}.txt"
+done
 for p in $PRIORITY_PAIRS; do
     a=${p%%:*}
     [ -s "$R/peak/$a.txt" ] && continue

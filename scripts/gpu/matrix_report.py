@@ -16,7 +16,8 @@ A share is a floor: where the pair leaves the GPU room (together over
 the error is the distance to the share. flexgv's target: a mean error
 ≤ 2 pp with the pair together ≥ 0.97 of what time-slicing gives it.
 Priority: a request's p50 and p99 over its own alone (requests at a
-fraction of their peak rate, runs/rate.txt), and the trainer's
+fraction of their peak rate, runs/rate.txt, or at the rate given,
+runs/peak/REQUEST.txt without a .peak beside it), and the trainer's
 rate over its alone. flexgv's target: p50 and p99 no worse than
 time-slicing's with the trainer ≥ 0.9 of what time-slicing leaves it;
 under MPS, p99 ≤ 1.10× alone with the trainer ≥ 0.75.
@@ -169,6 +170,18 @@ if prio_rows:
             rate = f"{float(f.read()):g} of its peak rate"
     except (OSError, ValueError):
         rate = "half its peak rate"
+    # a request rate given (MATRIX_PER_S) has no peak measured beside it
+    fixed = []
+    for a in sorted({a for a, _, _, _ in prio_rows}):
+        try:
+            with open(os.path.join(runs, "peak", a + ".txt")) as f:
+                per_s = float(f.read())
+        except (OSError, ValueError):
+            continue
+        if not os.path.exists(os.path.join(runs, "peak", a + ".peak")):
+            fixed.append(f"{a} at {per_s:g}/s")
+    if fixed:
+        rate += " (" + ", ".join(fixed) + ", as given)"
     lines.append(f"Priority: a request (high) at {rate} beside a trainer (low); the request's p50 and p99 "
                  "÷ its own alone, the trainer's rate ÷ its alone\n")
     lines.append("| request / trainer | " + " | ".join(LABELS.values()) + " | flexgv's targets |")

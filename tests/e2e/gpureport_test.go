@@ -236,8 +236,12 @@ func TestMatrixReportJudgesWithinARound(t *testing.T) {
 			put("priority/infer+matmul/"+m+"/"+r+"/trn.txt", rateFrom(int(v[2])*k, 1000))
 		}
 	}
+	// the request's rate given (MATRIX_PER_S), no peak measured beside it
+	put("rate.txt", "0.5\n")
+	put("peak/infer.txt", "237.15\n")
 	out, code := report(t, "matrix_report.py", dir)
 	for _, want := range []string{
+		"Priority: a request (high) at 0.5 of its peak rate (infer at 237.15/s, as given) beside a trainer (low)",
 		"| matmul / train4 | 50.0 / 50.0 (100 %) | 30.0 / 70.0 (100 %), error 0.0 pp | — | 26.0 / 60.0 (86 %), error 7.0 pp | — | met: error 0.0 pp, together 1.00 of time-slicing's |",
 		"| infer / matmul | p50 1.10×, p99 1.33×; trainer 0.60 | p50 1.04×, p99 1.10×; trainer 0.50 |",
 		"missed: p50 0.95, p99 0.82, trainer 0.83 of time-slicing's; under MPS met: p99 1.05×, trainer 0.85 |",
