@@ -6,6 +6,8 @@
  *                                until refused, print the total, wait for stdin to close
  *     memclient threads N CHUNK_MIB   N threads allocate until refused
  *     memclient churn            allocate and free 1 MiB in a loop (prints ready first)
+ *     memclient later MIB        prints ready, then at a line on stdin allocates MIB MiB and
+ *                                says what it got (nothing else in between looks at the quota)
  *     memclient info             cuMemGetInfo and cuDeviceTotalMem
  *     memclient allocloop N      N pairs of cuMemAlloc/cuMemFree of 1 MiB (benchmarks)
  *     memclient uploadloop N     N cuMemcpyHtoDAsync of 4 KiB, then a synchronize (benchmarks)
@@ -553,6 +555,16 @@ int main(int argc, char **argv)
         CHECK(cuMemsetD8_v2(p, 1, size));
         for (long i = 0; i < n; i++)
             CHECK(back ? cuMemcpyDtoH_v2(host, p, size) : cuMemcpyHtoD_v2(p, host, size));
+        return 0;
+    }
+    if (!strcmp(mode, "later") && argc > 2) {
+        printf("ready\n");
+        fflush(stdout);
+        char line[16];
+        if (!fgets(line, sizeof line, stdin))
+            return 1;
+        CUdeviceptr p;
+        printf("later %s: %s\n", argv[2], result_name(cuMemAlloc_v2(&p, strtoull(argv[2], NULL, 0) * MiB)));
         return 0;
     }
     if (!strcmp(mode, "churn")) {

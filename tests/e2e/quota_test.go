@@ -296,6 +296,35 @@ func TestSIGKILLMidAllocationLeaksNothing(t *testing.T) {
 	}
 }
 
+// A process killed while it holds memory leaves its room to the tenant's
+// live processes: one already running, refused at first because the dead
+// one's charge still stands, finds that process gone (its slot's lock with
+// it), takes its charge back and gets the room, with nothing in between
+// that would have counted the tenant's processes first (no new process,
+// no cuMemGetInfo).
+func TestADeadProcessesRoomGoesToALiveOne(t *testing.T) {
+	e := quotaEnv(t)
+	live := e.startProc(t, "flexgv", "run", "--group", "g", "--mem", "1GiB", "--", bin("memclient"), "later", "800")
+	victim := exec.Command(bin("holder"), "700")
+	victim.Env = append(e.environ(filepath.Join(build, "sim")), "LD_PRELOAD="+filepath.Join(build, "lib", "libflexgv.so"),
+		"FLEXGV_TENANT="+filepath.Join(e.dir, "tenants", "tenant-g"))
+	stdout, _ := victim.StdoutPipe()
+	hold, _ := victim.StdinPipe() // it holds its memory until this closes
+	defer hold.Close()
+	if err := victim.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { victim.Process.Kill(); victim.Wait() })
+	if l, _ := bufio.NewReader(stdout).ReadString('\n'); l != "ready\n" {
+		t.Fatalf("the victim: %q", l)
+	}
+	// 64 MiB a context: 1024 - 2 x 64 - 700 = 196 MiB left while it lives
+	victim.Process.Signal(syscall.SIGKILL)
+	victim.Wait()
+	io.WriteString(live.stdin, "go\n")
+	live.waitFor(t, "later 800: CUDA_SUCCESS")
+}
+
 func TestBadMemFlagsStopBeforeTheProgram(t *testing.T) {
 	e := quotaEnv(t)
 	for _, c := range []struct {
