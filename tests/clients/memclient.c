@@ -8,6 +8,9 @@
  *     memclient churn            allocate and free 1 MiB in a loop (prints ready first)
  *     memclient later MIB        prints ready, then at a line on stdin allocates MIB MiB and
  *                                says what it got (nothing else in between looks at the quota)
+ *     memclient steps            prints ready, then for each line on stdin: "alloc MIB"
+ *                                allocates, "free" frees the last allocation still held,
+ *                                each answered with its result
  *     memclient info             cuMemGetInfo and cuDeviceTotalMem
  *     memclient allocloop N      N pairs of cuMemAlloc/cuMemFree of 1 MiB (benchmarks)
  *     memclient uploadloop N     N cuMemcpyHtoDAsync of 4 KiB, then a synchronize (benchmarks)
@@ -565,6 +568,27 @@ int main(int argc, char **argv)
             return 1;
         CUdeviceptr p;
         printf("later %s: %s\n", argv[2], result_name(cuMemAlloc_v2(&p, strtoull(argv[2], NULL, 0) * MiB)));
+        return 0;
+    }
+    if (!strcmp(mode, "steps")) {
+        CUdeviceptr held[64];
+        int n = 0;
+        char line[64];
+        unsigned long long mib;
+        printf("ready\n");
+        fflush(stdout);
+        while (fgets(line, sizeof line, stdin)) {
+            if (sscanf(line, "alloc %llu", &mib) == 1 && n < 64) {
+                CUresult r = cuMemAlloc_v2(&held[n], mib * MiB);
+                n += r == CUDA_SUCCESS;
+                printf("alloc %llu: %s\n", mib, result_name(r));
+            } else if (!strncmp(line, "free", 4) && n > 0) {
+                printf("free: %s\n", result_name(cuMemFree_v2(held[--n])));
+            } else {
+                printf("step %s", line);
+            }
+            fflush(stdout);
+        }
         return 0;
     }
     if (!strcmp(mode, "churn")) {

@@ -179,6 +179,43 @@ func TestHostileTenantFile(t *testing.T) {
 	}
 }
 
+// A co-tenant that zeroes a process's usage in the tenant file (its slot's
+// counters are writable by every process of the tenant) makes its later
+// frees take from nothing: they stop at zero rather than wrap to a count
+// past any quota, which would have refused the whole tenant from then on.
+func TestZeroedUsageFreedStaysAtZero(t *testing.T) {
+	e := quotaEnv(t)
+	p := e.handMade(t, 8, 1024*mib)
+	cmd := exec.Command(bin("memclient"), "steps")
+	cmd.Env = e.shimEnv(p)
+	stdin, _ := cmd.StdinPipe()
+	stdout, _ := cmd.StdoutPipe()
+	errb := &lockedBuffer{}
+	cmd.Stderr = errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { stdin.Close(); cmd.Wait() }()
+	pr := &proc{cmd: cmd, stdin: stdin, lines: bufio.NewScanner(stdout), stderr: errb}
+	pr.waitFor(t, "ready")
+	io.WriteString(stdin, "alloc 100\n")
+	pr.waitFor(t, "alloc 100: CUDA_SUCCESS")
+	// its slot is the first: its whole usage zeroed
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := int64(unsafe.Sizeof(tenant.Header{})) + int64(unsafe.Offsetof(tenant.Slot{}.Used))
+	if _, err := f.WriteAt(make([]byte, 8), off); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	io.WriteString(stdin, "free\nalloc 800\n")
+	stdin.Close() // it ends after these: a wrong answer ends the wait
+	pr.waitFor(t, "free: CUDA_SUCCESS")
+	pr.waitFor(t, "alloc 800: CUDA_SUCCESS")
+}
+
 // A GPU the tenant has no entry for (the CLI saw other GPUs than the
 // program does) is not limited, and the program is told so.
 func TestUnknownGPUIsSaidNotLimited(t *testing.T) {
