@@ -186,19 +186,9 @@ func TestHostileTenantFile(t *testing.T) {
 func TestZeroedUsageFreedStaysAtZero(t *testing.T) {
 	e := quotaEnv(t)
 	p := e.handMade(t, 8, 1024*mib)
-	cmd := exec.Command(bin("memclient"), "steps")
-	cmd.Env = e.shimEnv(p)
-	stdin, _ := cmd.StdinPipe()
-	stdout, _ := cmd.StdoutPipe()
-	errb := &lockedBuffer{}
-	cmd.Stderr = errb
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { stdin.Close(); cmd.Wait() }()
-	pr := &proc{cmd: cmd, stdin: stdin, lines: bufio.NewScanner(stdout), stderr: errb}
+	pr := e.spawnWith(t, e.shimEnv(p), "memclient", "steps")
 	pr.waitFor(t, "ready")
-	io.WriteString(stdin, "alloc 100\n")
+	io.WriteString(pr.stdin, "alloc 100\n")
 	pr.waitFor(t, "alloc 100: CUDA_SUCCESS")
 	// its slot is the first: its whole usage zeroed
 	f, err := os.OpenFile(p, os.O_RDWR, 0)
@@ -210,8 +200,8 @@ func TestZeroedUsageFreedStaysAtZero(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	io.WriteString(stdin, "free\nalloc 800\n")
-	stdin.Close() // it ends after these: a wrong answer ends the wait
+	io.WriteString(pr.stdin, "free\nalloc 800\n")
+	pr.stdin.Close() // it ends after these: a wrong answer ends the wait
 	pr.waitFor(t, "free: CUDA_SUCCESS")
 	pr.waitFor(t, "alloc 800: CUDA_SUCCESS")
 }

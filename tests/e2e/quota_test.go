@@ -184,8 +184,14 @@ func (e *env) startProc(t *testing.T, name string, args ...string) *proc {
 // piped; it is killed when the test ends.
 func (e *env) spawn(t *testing.T, name string, args ...string) *proc {
 	t.Helper()
+	return e.spawnWith(t, e.environ(filepath.Join(build, "sim")), name, args...)
+}
+
+// spawnWith is spawn with the environment env.
+func (e *env) spawnWith(t *testing.T, env []string, name string, args ...string) *proc {
+	t.Helper()
 	cmd := exec.Command(bin(name), args...)
-	cmd.Env = e.environ(filepath.Join(build, "sim"))
+	cmd.Env = env
 	stdin, _ := cmd.StdinPipe()
 	stdout, _ := cmd.StdoutPipe()
 	errb := &lockedBuffer{}
