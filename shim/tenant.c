@@ -544,21 +544,6 @@ static int charges_still(uint64_t moves)
 
 void fg_backstop_soon(void) { __atomic_add_fetch(&backstop_gen, 1, __ATOMIC_RELEASE); }
 
-static void backstop(int dev, int e, int force);
-
-/* A refusal reads the driver's count (fg_charge); one made after the
- * driver allocated (a pitched allocation's padding, known only then) read
- * it with that allocation in it, and the allocation given back since would
- * stay counted as the tenant's, the whole tenant refused for it, until the
- * next reading. */
-void fg_backstop_again(int dev)
-{
-    int e;
-    if (!fg_tenant_ready() || (e = fg_entry_of(dev)) < 0)
-        return;
-    GUARD((void)0, backstop(dev, e, 1));
-}
-
 static void backstop(int dev, int e, int force)
 {
     struct timespec ts;
@@ -588,6 +573,19 @@ static void backstop(int dev, int e, int force)
         if (over < kept)
             __atomic_store_n(&slots[mine].unmodelled[e], over, __ATOMIC_SEQ_CST);
     }
+}
+
+/* A refusal reads the driver's count (fg_charge); one made after the
+ * driver allocated (a pitched allocation's padding, known only then) read
+ * it with that allocation in it, and the allocation given back since would
+ * stay counted as the tenant's, the whole tenant refused for it, until the
+ * next reading. */
+void fg_backstop_again(int dev)
+{
+    int e;
+    if (!fg_tenant_ready() || (e = fg_entry_of(dev)) < 0)
+        return;
+    GUARD((void)0, backstop(dev, e, 1));
 }
 
 /* Brackets a change of our charges for the backstop's readers. */
