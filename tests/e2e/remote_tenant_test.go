@@ -128,6 +128,8 @@ func TestRemoteTwoTenants(t *testing.T) {
 	if st, err := os.Stat(strings.TrimPrefix(s.addr, "unix://")); err != nil || st.Mode().Perm() != 0o666 {
 		t.Errorf("the socket of a server with tenants: %v %v, want mode 0666", st.Mode(), err)
 	}
+	// The server's log is read as it comes: the last line may lag the client.
+	s.waitLog(`(?s)\(tenant a\) connected.*\(tenant b\) connected.*\(tenant a\) connected`, 10*time.Second)
 	if m := regexp.MustCompile(`\(tenant (\w)\) connected`).FindAllStringSubmatch(s.Log(), -1); len(m) != 3 ||
 		m[0][1] != "a" || m[1][1] != "b" || m[2][1] != "a" {
 		t.Errorf("connections not in tenants a, b, a:\n%s", s.Log())

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -13,7 +12,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,19 +19,23 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// server is a flexgv serve on the simulated GPU, with what it logged.
+// server is a flexgv serve on the simulated GPU. Its log (its executors'
+// too) goes to a file, so a line an executor wrote before it answered is
+// there when the client has the answer.
 type server struct {
 	t    *testing.T
 	addr string
 	cmd  *exec.Cmd
-	mu   sync.Mutex
-	log  bytes.Buffer
+	log  string
 }
 
+// Log is what the server and its executors have logged so far.
 func (s *server) Log() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.log.String()
+	b, err := os.ReadFile(s.log)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	return string(b)
 }
 
 // waitLog waits for a line of the server's log matching re and returns its
@@ -103,23 +105,19 @@ func (e *env) serveNamed(name, transport string, extra ...string) *server {
 	s := &server{t: e.t, addr: addr}
 	s.cmd = exec.Command(bin("flexgv"), append([]string{"serve", "--listen", addr}, extra...)...)
 	s.cmd.Env = e.environ(filepath.Join(build, "sim"))
-	pr, pw := io.Pipe()
-	s.cmd.Stderr = pw
+	logf, err := os.CreateTemp(e.dir, name+"-*.log") // a server restarted under the same name logs anew
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	s.log = logf.Name()
+	defer logf.Close()
+	s.cmd.Stderr = logf
 	if err := s.cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}
-	go func() {
-		sc := bufio.NewScanner(pr)
-		for sc.Scan() {
-			s.mu.Lock()
-			s.log.WriteString(sc.Text() + "\n")
-			s.mu.Unlock()
-		}
-	}()
 	e.t.Cleanup(func() {
 		s.cmd.Process.Kill()
 		s.cmd.Wait()
-		pw.Close()
 	})
 	s.waitLog(`listening on `+regexp.QuoteMeta(addr)+`[ ,]`, 10*time.Second)
 	if transport == "shm" {
