@@ -296,8 +296,8 @@ func TestRemoteHandlesAreNames(t *testing.T) {
 	res := b.must("cuGraphInstantiateWithParams", w{}.u64(bGraph).u8(1).u8(1).u64(32).u64(0).u64(bStream).u64(0).u64(0))
 	exec := binary.LittleEndian.Uint64(out(t, res))
 	params := out(t, res[9+8:])
-	pids := regexp.MustCompile(`connected: executor pid (\d+)`).FindAllStringSubmatch(s.Log(), -1)
-	bPid, _ := strconv.Atoi(pids[len(pids)-1][1])
+	// B connected second; the server logs a connection as it comes.
+	bPid, _ := strconv.Atoi(s.waitLog(`(?s)connected: executor pid \d+.*connected: executor pid (\d+)`, 10*time.Second)[1])
 	if up := binary.LittleEndian.Uint64(params[8:]); up != bStream || mapped(t, bPid, exec) {
 		t.Errorf("instantiated with upload stream %#x: the stream came back as %#x, the executable is %#x", uint64(bStream), up, exec)
 	}
