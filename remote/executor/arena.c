@@ -270,7 +270,10 @@ static CUresult arena_free(CUdeviceptr p, unsigned int unmap)
     return r;
 }
 
-/* A context gone: its memory with it, and its mapped host memory. */
+/* A context gone: its memory with it, its mapped host memory, and what
+ * the connection made in it (streams, events, modules, ...), which the
+ * driver freed: their names are refused from then on, never handed to
+ * the driver. */
 static void forget(uint64_t ctx)
 {
     for (size_t i = 0; i < nmaps;)
@@ -280,6 +283,7 @@ static void forget(uint64_t ctx)
             i++;
     fgr_hostmem_forget(ctx);
     fgr_hostcopy_forget(ctx);
+    fgr_drop_owned(FGR_H_CUcontext, ctx);
 }
 
 static CUresult ctx_destroy(CUcontext c)

@@ -557,6 +557,8 @@ void fgr_drop(int kind, uint64_t v)
     }
 }
 
+void fgr_drop_owned(int kind, uint64_t v) { drop_owned(kind, v); }
+
 /* Everything owned by (kind, v), and what that owns in turn. */
 static void drop_owned(int kind, uint64_t v)
 {

@@ -85,6 +85,55 @@ func TestRemoteExecutorMemoryBounded(t *testing.T) {
 	s.waitLog(`closing the connection: a frame of 1073741824 bytes for cuCtxSynchronize, which carries at most 1048576`, 10*time.Second)
 }
 
+// What a connection made in its primary context goes with the context's
+// reset, as the driver frees it: the executor refuses its names from
+// then on and never hands the driver a freed handle or address, and the
+// context retained again serves as before.
+func TestRemoteHandlesForgottenWithTheirContext(t *testing.T) {
+	p := readProtocol(t)
+	e := newEnv(t)
+	s := e.serve("unix")
+	c := dialWire(t, p, s)
+	mem := c.setup(4096)
+	const stream, event = 1<<46 | 1<<4, 1<<46 | 2<<4 // names the client gives (wire.h: FGR_SHADOW_TAG)
+	c.queue("cuStreamCreate", w{}.u64(0).u64(stream))
+	c.queue("cuEventCreate", w{}.u64(0).u64(event))
+	c.must("cuEventRecord", w{}.u64(event).u64(stream))
+	c.must("cuStreamSynchronize", w{}.u64(stream))
+	c.must("cuDevicePrimaryCtxReset_v2", w{}.u64(0))
+	c.ctx = 0
+	c.own = c.handle("cuDevicePrimaryCtxRetain", w{}.u64(0).u8(1))
+	c.ctx = c.own
+	const invalidValue, invalidHandle = 1, 400
+	for _, u := range []struct {
+		what, op string
+		args     w
+		want     uint32
+	}{
+		{"stream", "cuStreamSynchronize", w{}.u64(stream), invalidHandle},
+		{"event", "cuEventQuery", w{}.u64(event), invalidHandle},
+		{"event", "cuEventRecord", w{}.u64(event).u64(0), invalidHandle},
+		{"memory", "cuMemcpyDtoH_v2", w{}.u64(mem).u64(64).u8(1), invalidValue},
+	} {
+		if r, _ := c.call(u.op, u.args); r != u.want {
+			t.Errorf("%s of the reset context, %s: error %d, want %d", u.what, u.op, r, u.want)
+		}
+	}
+	s.waitLog(`refusing cuStreamSynchronize: hStream=0x[0-9a-f]+ is not a handle this connection was given`, 10*time.Second)
+	// What the context has now works.
+	fresh := c.handle("cuMemAlloc_v2", w{}.u64(4096).u8(1))
+	c.queue("cuStreamCreate", w{}.u64(0).u64(stream + 16))
+	c.must("cuStreamSynchronize", w{}.u64(stream + 16))
+	if r := c.put(fresh, "after the reset"); r != 0 {
+		t.Errorf("a copy to memory allocated after the reset: error %d", r)
+	}
+	c.conn.Close()
+	s.quiesce()
+	if strings.Contains(s.Log(), "signal:") {
+		t.Errorf("the executor crashed:\n%s", s.Log())
+	}
+}
+
 // Mapped pinned memory is forgotten with the context it was made in: after
 // the primary context's reset (the driver frees it then) a read of it is
 // refused, never a read of freed memory.

@@ -54,6 +54,17 @@ func (s *server) waitLog(re string, within time.Duration) []string {
 	return nil
 }
 
+// waitCount waits until the server's log holds at least n lines with sub
+// (the server logs a connection as its executor starts, which may be
+// after the client is done).
+func (s *server) waitCount(sub string, n int) {
+	s.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for strings.Count(s.Log(), sub) < n && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
 // serve starts flexgv serve on a unix socket ("unix") or a free loopback
 // TCP port ("tcp", or "tls" with a certificate the clients are given), with
 // the simulated GPU as the driver.
@@ -185,6 +196,7 @@ func TestRemoteClientsMatchLocal(t *testing.T) {
 			}
 			// Each process had an executor of its own: forker's fork and
 			// exec children connected by themselves.
+			s.waitCount("connected: executor pid", len(clients)+2)
 			if n := strings.Count(s.Log(), "connected: executor pid"); n < len(clients)+2 {
 				t.Errorf("%d connections for %d programs (forker makes 3):\n%s", n, len(clients), s.Log())
 			}
@@ -900,6 +912,7 @@ print("child", os.waitstatus_to_exitcode(st))
 	if r.code != 0 || r.stdout != "child 0\n" {
 		t.Fatalf("exit %d, %q\n%s", r.code, r.stdout, r.stderr)
 	}
+	s.waitCount("connected: executor pid", 2)
 	if n := strings.Count(s.Log(), "connected: executor pid"); n != 2 {
 		t.Errorf("%d connections for a parent and its child:\n%s", n, s.Log())
 	}
