@@ -122,8 +122,8 @@ func TestRemoteHandlesForgottenWithTheirContext(t *testing.T) {
 	s.waitLog(`refusing cuStreamSynchronize: hStream=0x[0-9a-f]+ is not a handle this connection was given`, 10*time.Second)
 	// What the context has now works.
 	fresh := c.handle("cuMemAlloc_v2", w{}.u64(4096).u8(1))
-	c.queue("cuStreamCreate", w{}.u64(0).u64(stream + 16))
-	c.must("cuStreamSynchronize", w{}.u64(stream + 16))
+	c.queue("cuStreamCreate", w{}.u64(0).u64(stream+16))
+	c.must("cuStreamSynchronize", w{}.u64(stream+16))
 	if r := c.put(fresh, "after the reset"); r != 0 {
 		t.Errorf("a copy to memory allocated after the reset: error %d", r)
 	}

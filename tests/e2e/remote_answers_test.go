@@ -1,0 +1,209 @@
+package e2e
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// corrupter relays TCP connections to a server and spoils one of the
+// server's frames on the first connection of each run, as a broken
+// network or a hostile host between the two could.
+type corrupter struct {
+	ln     net.Listener
+	target string
+	mu     sync.Mutex
+	plan   spoil
+	conns  int
+	spoilt int // runs whose frame was spoiled
+}
+
+// spoil is what happens to the server's frame number at of a run's first
+// connection: its body's bytes changed, the frame cut and the connection
+// closed, or a length that does not fit its body (the stream out of step)
+// with the connection closed a second later.
+type spoil struct {
+	at   int
+	how  string // "flip", "head", "cut", "length"
+	seed uint64
+}
+
+func newCorrupter(t *testing.T, target string) *corrupter {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &corrupter{ln: ln, target: target}
+	t.Cleanup(func() { ln.Close() })
+	go func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go c.relay(in)
+		}
+	}()
+	return c
+}
+
+func (c *corrupter) next(p spoil) {
+	c.mu.Lock()
+	c.plan, c.conns = p, 0
+	c.mu.Unlock()
+}
+
+func (c *corrupter) relay(in net.Conn) {
+	defer in.Close()
+	out, err := net.Dial("tcp", c.target)
+	if err != nil {
+		return
+	}
+	defer out.Close()
+	c.mu.Lock()
+	p, first := c.plan, c.conns == 0
+	c.conns++
+	c.mu.Unlock()
+	go func() { io.Copy(out, in); out.(*net.TCPConn).CloseWrite() }()
+	if !first { // a host-function channel, not made of frames
+		io.Copy(in, out)
+		return
+	}
+	rnd := rand.New(rand.NewPCG(p.seed, 7))
+	for i := 0; ; i++ {
+		var lenb [4]byte
+		if _, err := io.ReadFull(out, lenb[:]); err != nil {
+			return
+		}
+		n := binary.LittleEndian.Uint32(lenb[:])
+		body := make([]byte, n)
+		if _, err := io.ReadFull(out, body); err != nil {
+			return
+		}
+		if i != p.at {
+			in.Write(append(lenb[:], body...))
+			continue
+		}
+		c.mu.Lock()
+		c.spoilt++
+		c.mu.Unlock()
+		switch p.how {
+		case "flip":
+			for k := 1 + rnd.IntN(3); k > 0 && n > 0; k-- {
+				at := rnd.IntN(int(n))
+				if rnd.IntN(2) == 0 { // the result, the first out's presence and length
+					at = rnd.IntN(int(min(n, 24)))
+				}
+				body[at] ^= byte(1 + rnd.IntN(255))
+			}
+			in.Write(append(lenb[:], body...))
+		case "head": // the length its first result says it has
+			if n >= 13 && body[4] == 1 {
+				d := uint64(1 + rnd.IntN(4096))
+				l := binary.LittleEndian.Uint64(body[5:])
+				if rnd.IntN(2) == 0 && l >= d {
+					d = -d
+				}
+				binary.LittleEndian.PutUint64(body[5:], l+d)
+			}
+			in.Write(append(lenb[:], body...))
+		case "cut":
+			in.Write(append(lenb[:], body[:rnd.IntN(int(n)+1)]...))
+			return
+		case "length":
+			binary.LittleEndian.PutUint32(lenb[:], rnd.Uint32N(n+64))
+			in.Write(append(lenb[:], body...))
+			time.Sleep(time.Second)
+			return
+		}
+	}
+}
+
+// Whatever a server's answers turn into on their way (bytes changed, a
+// frame cut short, a length that does not fit), a remote program is never
+// ended by a signal and never waits for ever: the client checks each
+// answer against what it asked and gives the program a CUDA error, having
+// said the server was lost, or the call's own result. The client is the
+// one built with AddressSanitizer, so a read past an answer's buffer or a
+// write past the program's fails the test as a crash does.
+func TestRemoteClientSurvivesSpoiledAnswers(t *testing.T) {
+	long(t)
+	e := newEnv(t)
+	s := e.serve("tcp")
+	c := newCorrupter(t, strings.TrimPrefix(s.addr, "tcp://"))
+	progs := [][]string{{"rtlike", "2"}, {"memclient", "paths"}, {"graphnodes"}, {"hostfunc"}, {"streamer"},
+		{"threads"}, {"families"}, {"arrays"}, {"memclient", "copybackloop", "3"}}
+	// The client built with AddressSanitizer: a read or write past a
+	// buffer ends the program too.
+	preload, err := os.ReadFile(filepath.Join(build, "remote-asan", "preload"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	asan := strings.TrimSpace(string(preload))
+	seed := uint64(time.Now().UnixNano())
+	t.Logf("seed %d", seed)
+	rnd := rand.New(rand.NewPCG(seed, 1))
+	runs, rounds := 0, 3
+	if n, err := strconv.Atoi(os.Getenv("SPOIL_ROUNDS")); err == nil {
+		rounds = n // longer searches by hand
+	}
+	for round := 0; round < rounds; round++ {
+		for _, p := range progs {
+			for _, how := range []string{"flip", "head", "cut", "length"} {
+				plan := spoil{at: rnd.IntN(48), how: how, seed: rnd.Uint64()}
+				if rnd.IntN(4) == 0 { // the authentication's and the handshake's answers
+					plan.at = rnd.IntN(2)
+				}
+				c.next(plan)
+				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+				cmd := exec.CommandContext(ctx, bin(p[0]), p[1:]...)
+				cmd.Env = append(e.environ(filepath.Join(build, "remote-asan")), "FLEXGV_REMOTE=tcp://"+c.ln.Addr().String(),
+					"LD_PRELOAD="+asan, "ASAN_OPTIONS=abort_on_error=1:detect_leaks=0")
+				cmd.WaitDelay = 5 * time.Second
+				t0 := time.Now()
+				r := runCmd(t, cmd)
+				if d := time.Since(t0); d > 5*time.Second {
+					t.Logf("%v with %+v: %v, exit %d\n%s", p, plan, d, r.code, tail(r.stderr))
+				}
+				timedOut := ctx.Err() != nil
+				cancel()
+				runs++
+				switch {
+				case timedOut:
+					t.Errorf("%v with %+v: still running after 60 s\n%s", p, plan, tail(r.stderr))
+				case r.code > 128:
+					t.Errorf("%v with %+v: ended by signal %d\n%s", p, plan, r.code-128, tail(r.stderr))
+				}
+			}
+		}
+	}
+	s.quiesce()
+	if strings.Contains(s.Log(), "signal:") {
+		t.Errorf("an executor crashed:\n%s", s.Log())
+	}
+	// Most runs reach the frame they spoil (some programs answer fewer).
+	if c.spoilt < runs/2 {
+		t.Errorf("%d of %d runs had a frame spoiled", c.spoilt, runs)
+	}
+	t.Logf("%d runs, %d with a frame spoiled", runs, c.spoilt)
+}
+
+// tail is the last lines of a program's stderr.
+func tail(s string) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(l) > 8 {
+		l = l[len(l)-8:]
+	}
+	return fmt.Sprint(strings.Join(l, "\n"))
+}
