@@ -137,7 +137,7 @@ REMOTE_HDRS   := $(wildcard remote/*.h remote/client/*.h remote/executor/*.h) $(
 REMOTE_CLIENT := remote/wire.c remote/ring.c remote/sha256.c $(wildcard remote/client/*.c)
 REMOTE_EXEC   := remote/wire.c remote/ring.c remote/sha256.c $(wildcard remote/executor/*.c)
 remote: $(BUILD)/remote/libcuda.so.1 $(BUILD)/remote/libnvidia-ml.so.1 $(BUILD)/remote/flexgv-executor \
-	$(BUILD)/remote/libnvcuvid.so.1 $(BUILD)/bench/executor-checks $(BUILD)/remote-asan/libcuda.so.1
+	$(BUILD)/remote/libnvcuvid.so.1 $(BUILD)/bench/executor-checks $(BUILD)/asan/remote/libcuda.so.1 $(BUILD)/asan/memclient
 # The executor's decoding without its connection (bench/executor-checks.sh),
 # built with the rest so that it keeps up with the executor's files.
 EXEC_CHECKS   := bench/executor_checks.c remote/wire.c remote/sha256.c \
@@ -150,16 +150,21 @@ $(BUILD)/remote/libcuda.so.1: $(REMOTE_CLIENT) $(REMOTE_HDRS)
 		-Wl,-Bsymbolic-functions -Wl,-z,now -o $@ $(REMOTE_CLIENT) -lpthread
 	ln -sf libcuda.so.1 $(BUILD)/remote/libcuda.so
 
-# The client built with AddressSanitizer, preloaded with its runtime (the
-# path in preload): programs that run on it are ended by a read or write
-# past a buffer, which otherwise may pass unseen
-# (TestRemoteClientSurvivesSpoiledAnswers).
-$(BUILD)/remote-asan/libcuda.so.1: $(REMOTE_CLIENT) $(REMOTE_HDRS)
+# Built with AddressSanitizer: the client, preloaded with its runtime (the
+# path in asan/preload), so that a read or write past a buffer ends the
+# program (TestRemoteClientSurvivesSpoiledAnswers), and a test program, as
+# users build theirs, held to its quota (TestAnEarlyLookupKeepsTheQuota).
+ASAN := -O1 -g -fsanitize=address -fno-omit-frame-pointer
+$(BUILD)/asan/preload:
 	@mkdir -p $(@D)
-	$(CC) -O1 -g -fsanitize=address -fno-omit-frame-pointer $(WARN) -fPIC -shared -fvisibility=hidden $(INCS) \
-		-Wl,-soname,libcuda.so.1 -Wl,-Bsymbolic-functions -Wl,-z,now -o $@ $(REMOTE_CLIENT) -lpthread
 	test -e "$$($(CC) -print-file-name=libasan.so)" || { echo "no libasan.so for $(CC): install libasan8" >&2; exit 1; }
-	$(CC) -print-file-name=libasan.so >$(@D)/preload
+	$(CC) -print-file-name=libasan.so >$@
+$(BUILD)/asan/remote/libcuda.so.1: $(REMOTE_CLIENT) $(REMOTE_HDRS) $(BUILD)/asan/preload
+	@mkdir -p $(@D)
+	$(CC) $(ASAN) $(WARN) -fPIC -shared -fvisibility=hidden $(INCS) -Wl,-soname,libcuda.so.1 \
+		-Wl,-Bsymbolic-functions -Wl,-z,now -o $@ $(REMOTE_CLIENT) -lpthread
+$(BUILD)/asan/memclient: tests/clients/memclient.c tests/clients/common.h $(HDRS) $(BUILD)/sim/libcuda.so.1 $(BUILD)/asan/preload
+	$(CC) $(ASAN) $(WARN) $(INCS) -o $@ $< -L$(BUILD)/sim -lcuda -ldl -lpthread
 
 # Its NVML: answers through the client libcuda.so.1 beside it (rpath
 # $ORIGIN); the entry points of nvml.h it does not answer are stubs, listed

@@ -55,8 +55,12 @@ static void after_fork_child(void)
 }
 
 /* Idempotent and lock-free: another library's constructor may call dlsym
- * before ours runs, from any thread. */
-void fg_boot(void)
+ * or the driver before ours runs, from any thread. A sanitizer's runtime
+ * (AddressSanitizer and its kin) resolves its interceptors through dlsym
+ * even before libc is set up, when getenv finds nothing (libc_ready 0):
+ * the setup then waits for a later call, our constructor at the latest,
+ * rather than run the program without its limits. */
+static void boot(int libc_ready)
 {
     if (!fg_real_dlsym) {
         void *p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.34");
@@ -64,7 +68,7 @@ void fg_boot(void)
             p = dlvsym(RTLD_NEXT, "dlsym", "GLIBC_2.2.5");
         __atomic_store_n(&fg_real_dlsym, (void *(*)(void *, const char *))p, __ATOMIC_RELEASE);
     }
-    if (__atomic_exchange_n(&booted, 1, __ATOMIC_ACQ_REL))
+    if (__atomic_load_n(&booted, __ATOMIC_ACQUIRE) || !libc_ready || __atomic_exchange_n(&booted, 1, __ATOMIC_ACQ_REL))
         return;
     const char *tenant = getenv("FLEXGV_TENANT");
     if (tenant && *tenant) {
@@ -86,7 +90,10 @@ void fg_boot(void)
     pthread_atfork(NULL, NULL, after_fork_child);
 }
 
-__attribute__((constructor)) static void fg_ctor(void) { fg_boot(); }
+void fg_boot(void) { boot(environ != NULL); }
+
+/* Libc is set up by the time constructors run, whatever environ holds. */
+__attribute__((constructor)) static void fg_ctor(void) { boot(1); }
 
 /* Hooked names found in a CUDA driver or NVML object are answered with the
  * wrapper of exactly that exported variant; every other lookup is a tail
@@ -95,7 +102,7 @@ __attribute__((constructor)) static void fg_ctor(void) { fg_boot(); }
 #pragma GCC diagnostic ignored "-Wnonnull-compare"
 FG_EXPORT void *dlsym(void *handle, const char *name)
 {
-    if (FG_UNLIKELY(!fg_real_dlsym))
+    if (FG_UNLIKELY(!__atomic_load_n(&booted, __ATOMIC_ACQUIRE)))
         fg_boot();
     if (name && ((name[0] == 'c' && name[1] == 'u') || (name[0] == 'n' && name[1] == 'v'))) {
         int id = fg_lookup_name(name);

@@ -62,8 +62,7 @@ void fg_adopt_real(int id, void *addr)
 
 static void *resolve(int id, int warn)
 {
-    if (!fg_real_dlsym)
-        fg_boot();
+    fg_boot();
     void *h = lib_handle(lib_of(id), warn);
     if (!h)
         return NULL;

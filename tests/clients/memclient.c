@@ -2,6 +2,7 @@
  * what the program sees (results, cuMemGetInfo), nothing internal.
  *     memclient paths            every allocation path and its release
  *     memclient exact            one byte over the room fails, exactly the room succeeds
+ *     memclient early            exact, after a dlsym before libc is set up (as a sanitizer's)
  *     memclient fill CHUNK_MIB   print "ctx", wait for a line on stdin, allocate
  *                                until refused, print the total, wait for stdin to close
  *     memclient threads N CHUNK_MIB   N threads allocate until refused
@@ -392,6 +393,18 @@ static void segments(void)
     printf("given back\n");
 }
 
+/* "early": before libc is set up, a lookup through dlsym, as a sanitizer's
+ * runtime (AddressSanitizer's __asan_init) makes its interceptors; then as
+ * "exact". */
+static void *volatile early_found;
+static void early(int argc, char **argv, char **envp)
+{
+    (void)envp;
+    if (argc > 1 && !strcmp(argv[1], "early"))
+        early_found = dlsym(RTLD_NEXT, "mmap"); /* not a tail call: the caller is this program */
+}
+__attribute__((section(".preinit_array"), used)) static void (*const early_hook)(int, char **, char **) = early;
+
 int main(int argc, char **argv)
 {
     const char *mode = argc > 1 ? argv[1] : "paths";
@@ -423,7 +436,7 @@ int main(int argc, char **argv)
         printf(", then %zu\n", used_now() - base);
         return 0;
     }
-    if (!strcmp(mode, "exact")) {
+    if (!strcmp(mode, "exact") || !strcmp(mode, "early")) {
         exact();
         return 0;
     }

@@ -24,6 +24,29 @@ func quotaEnv(t *testing.T, extra ...string) *env {
 	return newEnv(t, append([]string{"FLEXGV_SIM_CTX_MEM=64MiB", "FLEXGV_SIM_MEM=16GiB"}, extra...)...)
 }
 
+// A program whose runtime looks names up through dlsym before libc is set
+// up, as a sanitizer's does (AddressSanitizer's __asan_init), is held to
+// its quota as any other: the shim's setup waits for libc, which has no
+// environment yet, rather than run the program without its limits.
+func TestAnEarlyLookupKeepsTheQuota(t *testing.T) {
+	e := quotaEnv(t)
+	want := fmt.Sprintf("room %d: one byte more -> CUDA_ERROR_OUT_OF_MEMORY, exactly -> CUDA_SUCCESS, then free 0\n", (256-64)*mib)
+	for _, c := range []struct {
+		name string
+		argv []string
+	}{
+		{"a lookup from .preinit_array", []string{bin("memclient"), "early"}},
+		// ASan's runtime is not first among the libraries: the shim is.
+		{"a program built with AddressSanitizer", []string{"env", "ASAN_OPTIONS=verify_asan_link_order=0:detect_leaks=0",
+			filepath.Join(build, "asan", "memclient"), "exact"}},
+	} {
+		r := e.run("flexgv", append([]string{"run", "--mem", "256MiB", "--ctx-mem", "64MiB", "--"}, c.argv...)...)
+		if r.code != 0 || r.stdout != want {
+			t.Errorf("%s: exit %d %q, want %q\n%s", c.name, r.code, r.stdout, want, r.stderr)
+		}
+	}
+}
+
 func TestEveryAllocationPathIsCharged(t *testing.T) {
 	e := quotaEnv(t)
 	r := e.run("flexgv", "run", "--mem", "4GiB", "--", bin("memclient"), "paths")

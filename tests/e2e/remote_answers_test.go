@@ -146,7 +146,7 @@ func TestRemoteClientSurvivesSpoiledAnswers(t *testing.T) {
 		{"threads"}, {"families"}, {"arrays"}, {"memclient", "copybackloop", "3"}}
 	// The client built with AddressSanitizer: a read or write past a
 	// buffer ends the program too.
-	preload, err := os.ReadFile(filepath.Join(build, "remote-asan", "preload"))
+	preload, err := os.ReadFile(filepath.Join(build, "asan", "preload"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +168,7 @@ func TestRemoteClientSurvivesSpoiledAnswers(t *testing.T) {
 				c.next(plan)
 				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 				cmd := exec.CommandContext(ctx, bin(p[0]), p[1:]...)
-				cmd.Env = append(e.environ(filepath.Join(build, "remote-asan")), "FLEXGV_REMOTE=tcp://"+c.ln.Addr().String(),
+				cmd.Env = append(e.environ(filepath.Join(build, "asan", "remote")), "FLEXGV_REMOTE=tcp://"+c.ln.Addr().String(),
 					"LD_PRELOAD="+asan, "ASAN_OPTIONS=abort_on_error=1:detect_leaks=0")
 				cmd.WaitDelay = 5 * time.Second
 				t0 := time.Now()
