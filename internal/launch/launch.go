@@ -13,7 +13,9 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 
@@ -146,7 +148,7 @@ func Environ(env []string, shim string, o Options) []string {
 	preload := shim
 	for _, kv := range env {
 		if v, ok := strings.CutPrefix(kv, "LD_PRELOAD="); ok {
-			for _, p := range strings.FieldsFunc(v, func(r rune) bool { return r == ':' || r == ' ' }) {
+			for _, p := range preloads(v) {
 				if p != shim {
 					preload += ":" + p
 				}
@@ -163,6 +165,42 @@ func Environ(env []string, shim string, o Options) []string {
 		out = append(out, "FLEXGV_DRIVER="+o.Driver)
 	}
 	return append(out, o.Env...)
+}
+
+// preloads are the entries of LD_PRELOAD, which colons or spaces separate.
+func preloads(v string) []string {
+	return strings.FieldsFunc(v, func(r rune) bool { return r == ':' || r == ' ' })
+}
+
+// sanitizer is the runtime of a sanitizer that must come first among a
+// program's libraries (AddressSanitizer's, ThreadSanitizer's, ...), as
+// linked: libasan.so.8.
+var sanitizer = regexp.MustCompile(`^lib(asan|hwasan|tsan|msan)\.so(\.[0-9]+)*$`)
+
+// sanitizerFirst preloads the sanitizer runtime a program is linked with
+// ahead of the shim: such a runtime refuses to start behind another
+// preloaded library, and from first place it leaves the shim in front of
+// the driver all the same.
+func sanitizerFirst(env []string, program string) []string {
+	f, err := elf.Open(program)
+	if err != nil {
+		return env // a script, or not ELF: its interpreter is what loads
+	}
+	libs, _ := f.ImportedLibraries()
+	f.Close()
+	for _, l := range libs {
+		if !sanitizer.MatchString(l) {
+			continue
+		}
+		out := slices.Clone(env)
+		for i, kv := range out {
+			if v, ok := strings.CutPrefix(kv, "LD_PRELOAD="); ok && !slices.Contains(preloads(v), l) {
+				out[i] = "LD_PRELOAD=" + l + ":" + v
+			}
+		}
+		return out
+	}
+	return env
 }
 
 // driverLink makes a private folder whose only file, libcuda.so.1, links to
@@ -238,7 +276,7 @@ func Run(argv []string, o Options) (int, error) {
 	}
 	cmd := exec.Command(path, argv[1:]...)
 	cmd.Args[0] = argv[0]
-	cmd.Env = env
+	cmd.Env = sanitizerFirst(env, path)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"runtime"
 	"strings"
 	"testing"
@@ -82,5 +83,36 @@ func TestRunRejectsEmptyCommandAndMissingDriver(t *testing.T) {
 	code, err := Run([]string{"true"}, Options{Shim: shim, Driver: "/no/such/driver.so"})
 	if err == nil || code != 2 || !strings.Contains(err.Error(), "--driver") {
 		t.Fatalf("Run with a missing --driver = %d, %v", code, err)
+	}
+}
+
+// A program linked with a sanitizer's runtime has it preloaded ahead of the
+// shim, once; any other program, or a script, keeps the environment.
+func TestSanitizerRuntimeGoesFirst(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "p.c")
+	os.WriteFile(src, []byte("int main(void) { return 0; }\n"), 0o644)
+	build := func(name string, flags ...string) string {
+		out := filepath.Join(dir, name)
+		if b, err := exec.Command("cc", append(flags, "-o", out, src)...).CombinedOutput(); err != nil {
+			t.Skipf("cannot build %s: %v\n%s", name, err, b)
+		}
+		return out
+	}
+	asan, plain := build("asan", "-fsanitize=address"), build("plain")
+	script := filepath.Join(dir, "script")
+	os.WriteFile(script, []byte("#!/bin/sh\n"), 0o755)
+	env := []string{"PATH=/bin", "LD_PRELOAD=/s/libflexgv.so:/x/other.so"}
+	got := sanitizerFirst(env, asan)
+	if len(got) != 2 || !regexp.MustCompile(`^LD_PRELOAD=libasan\.so\.\d+:/s/libflexgv.so:/x/other.so$`).MatchString(got[1]) {
+		t.Errorf("for a program built with ASan: %q", got)
+	}
+	if again := sanitizerFirst(got, asan); !reflect.DeepEqual(again, got) {
+		t.Errorf("preloaded twice: %q", again)
+	}
+	for _, p := range []string{plain, script} {
+		if got := sanitizerFirst(env, p); !reflect.DeepEqual(got, env) {
+			t.Errorf("%s: %q, want the environment as it was", filepath.Base(p), got)
+		}
 	}
 }
