@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"encoding/binary"
-	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -205,5 +204,5 @@ func tail(s string) string {
 	if len(l) > 8 {
 		l = l[len(l)-8:]
 	}
-	return fmt.Sprint(strings.Join(l, "\n"))
+	return strings.Join(l, "\n")
 }
