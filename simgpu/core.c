@@ -343,6 +343,7 @@ static struct sim_ctx *new_ctx(int dev, int is_primary, unsigned flags)
 static void free_ctx(struct sim_ctx *c)
 {
     sim_ctx_sync(c);
+    sim_ctx_streams_gone(c);
     sim_graph_ctx_release(c);
     sim_ctx_release_memory(c);
     if (c->charged_bytes)

@@ -908,6 +908,39 @@ CUresult sim_stream_arg(CUstream h, int pt, struct sim_stream **out)
     return *out ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
 }
 
+/* Each context's streams, linked so that they go with it: a stream of a
+ * destroyed or reset context is an invalid handle, as the driver answers. */
+static pthread_mutex_t streams_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void stream_unlink(struct sim_stream *s)
+{
+    if (s->prev)
+        s->prev->next = s->next;
+    else if (s->ctx->streams == s)
+        s->ctx->streams = s->next;
+    if (s->next)
+        s->next->prev = s->prev;
+    s->prev = s->next = NULL;
+}
+
+static void stream_free(struct sim_stream *s)
+{
+    sim_capture_stream_gone(s);
+    s->magic = 0;
+    free(s);
+}
+
+void sim_ctx_streams_gone(struct sim_ctx *ctx)
+{
+    pthread_mutex_lock(&streams_lock);
+    while (ctx->streams) {
+        struct sim_stream *s = ctx->streams;
+        stream_unlink(s);
+        stream_free(s);
+    }
+    pthread_mutex_unlock(&streams_lock);
+}
+
 CUresult sim_stream_make(struct sim_ctx *c, CUstream *phStream, unsigned int flags, int priority)
 {
     if (!phStream || (flags & ~1u))
@@ -917,6 +950,11 @@ CUresult sim_stream_make(struct sim_ctx *c, CUstream *phStream, unsigned int fla
         return CUDA_ERROR_OUT_OF_MEMORY;
     *s = (struct sim_stream){.magic = STREAM_MAGIC, .ctx = c, .lane = new_lane(c->dev), .flags = flags};
     s->priority = priority > 0 ? 0 : priority < -5 ? -5 : priority;
+    pthread_mutex_lock(&streams_lock);
+    if ((s->next = c->streams))
+        s->next->prev = s;
+    c->streams = s;
+    pthread_mutex_unlock(&streams_lock);
     *phStream = (CUstream)s;
     return CUDA_SUCCESS;
 }
@@ -1038,9 +1076,14 @@ SIM_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
     if (!s || s == (struct sim_stream *)CU_STREAM_LEGACY || s == (struct sim_stream *)CU_STREAM_PER_THREAD ||
         s->magic != STREAM_MAGIC)
         return CUDA_ERROR_INVALID_HANDLE;
-    sim_capture_stream_gone(s);
-    s->magic = 0;
-    free(s);
+    pthread_mutex_lock(&streams_lock);
+    int mine = s->magic == STREAM_MAGIC; /* not destroyed meanwhile with its context */
+    if (mine)
+        stream_unlink(s);
+    pthread_mutex_unlock(&streams_lock);
+    if (!mine)
+        return CUDA_ERROR_INVALID_HANDLE;
+    stream_free(s);
     return CUDA_SUCCESS;
 }
 

@@ -218,6 +218,7 @@ struct sim_ctx {
     unsigned flags;
     uint64_t charged_bytes;
     struct sim_stream *legacy;
+    struct sim_stream *streams; /* those it made, destroyed with it */
     int blocking_captures; /* streams of this context in capture that sync with the legacy stream */
     unsigned long long id; /* unique in the process, as cuCtxGetId answers */
     CUfunc_cache cache;    /* its cache preference (cuCtxSetCacheConfig) */
@@ -252,6 +253,7 @@ struct sim_stream {
     int priority;
     CUsynchronizationPolicy sync_policy;
     CUaccessPolicyWindow window;
+    struct sim_stream *prev, *next; /* its context's streams (exec.c) */
 };
 
 struct sim_event {
@@ -328,6 +330,7 @@ void sim_ctx_end(struct sim_ctx *c);
 
 /* exec.c */
 struct sim_stream *sim_stream_of(struct sim_ctx *ctx, CUstream h, int per_thread);
+void sim_ctx_streams_gone(struct sim_ctx *ctx);
 CUresult sim_stream_make(struct sim_ctx *c, CUstream *phStream, unsigned int flags, int priority);
 CUresult sim_stream_arg(CUstream h, int per_thread, struct sim_stream **out);
 CUresult sim_stream_wait(struct sim_stream *s);

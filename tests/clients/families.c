@@ -97,6 +97,12 @@ static void ctx_events(void)
     CHECK(cuStreamDestroy_v2(b));
 }
 
+static void gone_stream(const char *what, CUstream s)
+{
+    CUresult sync = cuStreamSynchronize(s);
+    printf("%s: synchronize %s, destroy %s\n", what, result_name(sync), result_name(cuStreamDestroy_v2(s)));
+}
+
 /* A pool of pinned memory at a location. */
 static CUmemPoolProps pool_props(CUmemLocation at)
 {
@@ -323,6 +329,30 @@ int main(int argc, char **argv)
         size_t g = 0;
         printf("cuMulticastGetGranularity: %s\n", gran ? result_name(gran(&g, NULL, 0)) : "not exported");
         printf("cuMulticastGetGranularity again: %s\n", gran ? result_name(gran(&g, NULL, 0)) : "not exported");
+        return 0;
+    }
+    if (argc > 1 && !strcmp(argv[1], "gone")) {
+        /* A context's streams go with it, destroyed or reset: the driver
+         * answers for their handles as for any unknown one. */
+        CUdevice d;
+        CUcontext c, p;
+        CUstream s;
+        CHECK(cuDeviceGet(&d, 0));
+        CHECK(cuCtxCreate_v4(&c, NULL, 0, d));
+        CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+        CHECK(cuStreamSynchronize(s));
+        CHECK(cuCtxDestroy_v2(c));
+        CHECK(cuDevicePrimaryCtxRetain(&p, d));
+        CHECK(cuCtxSetCurrent(p));
+        gone_stream("a stream of a destroyed context", s);
+        CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+        CHECK(cuStreamSynchronize(s));
+        CHECK(cuDevicePrimaryCtxReset_v2(d));
+        CHECK(cuDevicePrimaryCtxRetain(&p, d));
+        CHECK(cuCtxSetCurrent(p));
+        gone_stream("a stream of a reset primary context", s);
+        CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+        gone_stream("a stream made after", s);
         return 0;
     }
     if (argc > 1 && !strcmp(argv[1], "old")) {
