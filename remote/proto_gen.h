@@ -429,7 +429,7 @@ enum fgr_op {
     FGR_NUM_OPS = 420
 };
 
-#define FGR_OPS_HASH 0x5c939e7ca3cd2d84ULL
+#define FGR_OPS_HASH 0x0cd9f3a84de4950eULL
 
 /* The project's own operations (the driver's entry points the shim does
  * not hook are declared in flexgv/cuda_api_gen.h). */
@@ -536,10 +536,12 @@ CUresult fgr_fwd_cuModuleUnload(CUmodule hmod);
 CUresult fgr_fwd_cuLibraryUnload(CUlibrary library);
 CUresult fgr_fwd_cuKernelGetFunction(CUfunction *pFunc, CUkernel kernel);
 CUresult fgr_fwd_cuFuncSetAttribute(CUfunction hfunc, CUfunction_attribute attrib, int value);
+CUresult fgr_fwd_cuStreamDestroy_v2(CUstream hStream);
 CUresult fgr_fwd_cuStreamEndCapture(CUstream hStream, CUgraph *phGraph);
 CUresult fgr_fwd_cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *phGraph);
 CUresult fgr_fwd_cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus);
 CUresult fgr_fwd_cuStreamIsCapturing_ptsz(CUstream hStream, CUstreamCaptureStatus *captureStatus);
+CUresult fgr_fwd_cuEventDestroy_v2(CUevent hEvent);
 CUresult fgr_fwd_cuGraphAddChildGraphNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, CUgraph childGraph);
 CUresult fgr_fwd_cuGraphClone(CUgraph *phGraphClone, CUgraph originalGraph);
 CUresult fgr_fwd_cuGraphAddMemcpyNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphNode *dependencies, size_t numDependencies, const CUDA_MEMCPY3D *copyParams, CUcontext ctx);

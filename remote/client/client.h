@@ -386,6 +386,7 @@ int fgr_image_is_kept(const uint8_t h[32]);
 /* The calling thread's current context (top of its stack), or NULL. */
 CUcontext fgr_current(void);
 void fgr_ctx_forget(CUcontext ctx);
+void fgr_ctx_unstack(CUcontext ctx);
 CUresult fgr_ctx_push(CUcontext ctx);
 /* In a forked child (local.c): the forking thread's stack named the parent's
  * contexts, and the pinned allocations and locks were the parent's. */

@@ -199,6 +199,7 @@ void fgr_primary_gone(CUdevice dev)
     CUcontext ctx = __atomic_exchange_n(&primary[dev], NULL, __ATOMIC_ACQ_REL);
     fgr_ctx_gone(ctx);
     fgr_arena_ctx_gone(ctx);
+    fgr_ctx_unstack(ctx);
 }
 
 /* ---- CUDART_INTERFACE ---- */

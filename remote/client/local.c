@@ -37,6 +37,16 @@ void fgr_ctx_forget(CUcontext ctx)
         depth--;
 }
 
+/* A primary context reset or last released stays where it was in this
+ * thread's stack, as nothing: the calls after it name no context (a retain
+ * needs none), not one the server forgot. */
+void fgr_ctx_unstack(CUcontext ctx)
+{
+    for (int i = 0; ctx && i < depth; i++)
+        if (stack[i] == ctx)
+            stack[i] = NULL;
+}
+
 
 #define NEED_INIT()                          \
     do {                                     \
@@ -144,12 +154,47 @@ FGR_EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreate
     return r;
 }
 
+/* Whether a context has gone (destroyed, reset or last released): its
+ * streams and events went with it, and the server forgot their names. */
+static int contexts_gone;
+
+/* A stream's or event's destroy is queued (the program waits for no
+ * answer) while no context has gone. After one has, the handle may be one
+ * that went with it: the destroy then waits for the server's answer, so
+ * that its error is this call's, as the driver answers it, not the next
+ * syncpoint's. */
+static CUresult destroy(int op, uint64_t h, CUresult (*waited)(uint64_t))
+{
+    if (__atomic_load_n(&contexts_gone, __ATOMIC_RELAXED))
+        return waited(h);
+    struct fgr_call c;
+    CUresult r = fgr_begin(&c, op, 1);
+    if (r != CUDA_SUCCESS)
+        return r;
+    fgr_put_u64(&c.w, h);
+    return fgr_send(&c);
+}
+
+static CUresult stream_destroy_waited(uint64_t h) { return fgr_fwd_cuStreamDestroy_v2((CUstream)(uintptr_t)h); }
+static CUresult event_destroy_waited(uint64_t h) { return fgr_fwd_cuEventDestroy_v2((CUevent)(uintptr_t)h); }
+
+FGR_EXPORT CUresult cuStreamDestroy_v2(CUstream s)
+{
+    return destroy(FGR_OP_cuStreamDestroy_v2, (uint64_t)(uintptr_t)s, stream_destroy_waited);
+}
+
+FGR_EXPORT CUresult cuEventDestroy_v2(CUevent e)
+{
+    return destroy(FGR_OP_cuEventDestroy_v2, (uint64_t)(uintptr_t)e, event_destroy_waited);
+}
+
 FGR_EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx)
 {
     /* The driver runs the destructors while the context still exists. */
     fgr_ctx_gone(ctx);
     CUresult r = fgr_fwd_cuCtxDestroy_v2(ctx);
     if (r == CUDA_SUCCESS) {
+        __atomic_store_n(&contexts_gone, 1, __ATOMIC_RELAXED);
         fgr_ctx_forget(ctx);
         fgr_arena_ctx_gone(ctx);
         fgr_answers_forget_all();
@@ -170,6 +215,7 @@ FGR_EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
 
 FGR_EXPORT CUresult cuDevicePrimaryCtxReset_v2(CUdevice dev)
 {
+    __atomic_store_n(&contexts_gone, 1, __ATOMIC_RELAXED);
     fgr_primary_gone(dev);
     fgr_answers_primary_changed(dev);
     fgr_answers_forget_all();
@@ -185,6 +231,7 @@ FGR_EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev)
     unsigned int flags;
     int active;
     if (r == CUDA_SUCCESS && cuDevicePrimaryCtxGetState(dev, &flags, &active) == CUDA_SUCCESS && !active) {
+        __atomic_store_n(&contexts_gone, 1, __ATOMIC_RELAXED);
         fgr_primary_gone(dev);
         fgr_answers_forget_all();
     }

@@ -2000,14 +2000,16 @@ FGR_EXPORT CUresult cuStreamCreateWithPriority(CUstream *phStream, unsigned int 
     return fgr_send(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
+CUresult fgr_fwd_cuStreamDestroy_v2(CUstream hStream)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamDestroy_v2, 1)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuStreamDestroy_v2, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hStream);
-    return fgr_send(&fgr_c);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuStreamSynchronize(CUstream hStream)
@@ -2337,14 +2339,16 @@ FGR_EXPORT CUresult cuEventElapsedTime_v2(float *pMilliseconds, CUevent hStart, 
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult cuEventDestroy_v2(CUevent hEvent)
+CUresult fgr_fwd_cuEventDestroy_v2(CUevent hEvent)
 {
     CUresult fgr_r;
     struct fgr_call fgr_c;
-    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventDestroy_v2, 1)) != CUDA_SUCCESS)
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuEventDestroy_v2, 0)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hEvent);
-    return fgr_send(&fgr_c);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    return fgr_end(&fgr_c);
 }
 
 FGR_EXPORT CUresult cuGraphCreate(CUgraph *phGraph, unsigned int flags)

@@ -133,6 +133,24 @@ func TestRemoteOldEntryPointsFound(t *testing.T) {
 	}
 }
 
+// A context's streams go with it, destroyed or reset (the simulated GPU
+// crashed on such a stream before), and the executor forgets them with it:
+// each transport answers as the GPU in the program's own process does.
+func TestRemoteStreamsGoWithTheirContext(t *testing.T) {
+	e := newEnv(t)
+	local := e.run("families", "gone")
+	for _, want := range []string{
+		"a stream of a destroyed context: synchronize CUDA_ERROR_INVALID_HANDLE, destroy CUDA_ERROR_INVALID_HANDLE\n",
+		"a stream of a reset primary context: synchronize CUDA_ERROR_INVALID_HANDLE, destroy CUDA_ERROR_INVALID_HANDLE\n",
+		"a stream made after: synchronize CUDA_SUCCESS, destroy CUDA_SUCCESS\n",
+	} {
+		if local.code != 0 || !strings.Contains(local.stdout, want) {
+			t.Fatalf("locally, exit %d, lacks %q:\n%s%s", local.code, want, local.stdout, local.stderr)
+		}
+	}
+	sameRemotely(t, local, "families", "gone")
+}
+
 // An entry point the spec refuses, with its reason, is exported (a program
 // using it loads) and answers CUDA_ERROR_NOT_SUPPORTED, said once.
 func TestRemoteRefusedEntrySaidOnce(t *testing.T) {
