@@ -3,12 +3,16 @@
 # memory quota (flexgv run --mem), and through flexgv serve over unix://,
 # shm:// and loopback tcp://. From the repository root of a GPU machine,
 # after make (pytest, pytest-xdist and pytest-timeout needed, Go not):
-#     [SUITES=cupy] CUPY_TESTS=DIR [MODES="native shim unix shm tcp"] \
-#         [LIMIT=S] [JOBS=N] [TEST_LIMIT=S] [QUOTA=SIZE] scripts/gpu-suites.sh [OUTDIR]
+#     [SUITES="cupy torch"] CUPY_TESTS=DIR TORCH_TESTS=DIR \
+#         [MODES="native shim unix shm tcp"] [LIMIT=S] [JOBS=N] [TEST_LIMIT=S] \
+#         [QUOTA=SIZE] scripts/gpu-suites.sh [OUTDIR]
 # Suites: cupy (the tests folder of a CuPy checkout at the installed
 # version, given by CUPY_TESTS; its cuda_tests and core_tests, slow ones
 # left out; CUPY_SELECT picks other folders under cupy_tests, or paths with
-# a slash under the tests folder: cupyx_tests/test_cusparse.py). Each suite
+# a slash under the tests folder: cupyx_tests/test_cusparse.py); torch
+# (PyTorch's test files of its CUDA layer, from the test folder of a
+# checkout near the installed version, given by TORCH_TESTS: test_cuda.py,
+# or the files TORCH_SELECT names; tests marked slow skip themselves). Each suite
 # runs once per mode with pytest, JOBS workers (default 16), each test at
 # most TEST_LIMIT seconds (default 120), the whole run at most LIMIT
 # seconds (default 300: a run stopped there is interrupted, and what it
@@ -62,8 +66,14 @@ suite() {
             case $sel in */*) ARGS+=("$sel") ;; *) ARGS+=("cupy_tests/$sel") ;; esac
         done
         ;;
+    torch)
+        [ -f "${TORCH_TESTS:-}/test_cuda.py" ] ||
+            { echo "torch: TORCH_TESTS=${TORCH_TESTS:-} is not a PyTorch test folder (no test_cuda.py)" >&2; return 1; }
+        DIR=$(cd "$TORCH_TESTS" && pwd)
+        read -r -a ARGS <<<"${TORCH_SELECT:-test_cuda.py}"
+        ;;
     *)
-        echo "SUITES: $1 is not cupy" >&2
+        echo "SUITES: $1 is neither cupy nor torch" >&2
         return 1
         ;;
     esac
