@@ -3,6 +3,7 @@ package k8s
 import (
 	"cmp"
 	"context"
+	"debug/elf"
 	"fmt"
 	"io"
 	"math"
@@ -579,34 +580,66 @@ func TestDevicePluginGivesThePodItsLimits(t *testing.T) {
 // A pod that sets LD_PRELOAD itself (the kubelet puts it after the device
 // plugin's, so it replaces the shim's) still runs under its limits: the
 // loader's own preload list, mounted at /etc/ld.so.preload, names the shim.
+// A program built with AddressSanitizer, whose runtime must be the first
+// library loaded, runs where the pod preloads that runtime (the loader
+// reads LD_PRELOAD before /etc/ld.so.preload), under its limits too.
 func TestPodsOwnPreloadKeepsItsLimits(t *testing.T) {
 	n := startGPUNode(t, "gpu-p")
 	ns := namespace(t, "dp-preload")
-	p := clientPod(ns, "exact", n.name, 1024, 0, "memclient", "exact")
-	p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "LD_PRELOAD", Value: "libm.so.6"}}
-	if _, err := cp.Client.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	pod := finished(t, ns, "exact")
-	out, _ := n.kubelet.Output("exact")
-	var room uint64
-	if _, after, ok := strings.Cut(out, "room "); ok {
-		fmt.Sscanf(after, "%d", &room)
-	}
-	if pod.Status.Phase != corev1.PodSucceeded || room == 0 || room > (1024+nodeCtxMiB)<<20 ||
-		!strings.Contains(out, "one byte more -> CUDA_ERROR_OUT_OF_MEMORY, exactly -> CUDA_SUCCESS") {
-		t.Errorf("memclient exact with the pod's own LD_PRELOAD, in a pod of 1024 MiB (+%d MiB context): %s %q", nodeCtxMiB, pod.Status.Phase, out)
-	}
-	var list string
-	for _, m := range n.kubelet.Allocation("exact").Mounts {
-		if m.ContainerPath == deviceplugin.ContainerPreload {
-			b, _ := os.ReadFile(m.HostPath)
-			list = string(b)
+	asan := filepath.Join(build, "asan", "memclient")
+	for _, c := range []struct{ name, preload, prog string }{
+		{"exact", "libm.so.6", "memclient"},
+		{"asan", sanitizerRuntime(t, asan), "../asan/memclient"}, // the image is build/tests
+	} {
+		p := clientPod(ns, c.name, n.name, 1024, 0, c.prog, "exact")
+		p.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "LD_PRELOAD", Value: c.preload}}
+		if _, err := cp.Client.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pod := finished(t, ns, c.name)
+		out, _ := n.kubelet.Output(c.name)
+		var room uint64
+		if _, after, ok := strings.Cut(out, "room "); ok {
+			fmt.Sscanf(after, "%d", &room)
+		}
+		if pod.Status.Phase != corev1.PodSucceeded || room == 0 || room > (1024+nodeCtxMiB)<<20 ||
+			!strings.Contains(out, "one byte more -> CUDA_ERROR_OUT_OF_MEMORY, exactly -> CUDA_SUCCESS") {
+			t.Errorf("%s exact with the pod's own LD_PRELOAD=%s, in a pod of 1024 MiB (+%d MiB context): %s %q",
+				c.prog, c.preload, nodeCtxMiB, pod.Status.Phase, out)
+		}
+		var list string
+		for _, m := range n.kubelet.Allocation(c.name).Mounts {
+			if m.ContainerPath == deviceplugin.ContainerPreload {
+				b, _ := os.ReadFile(m.HostPath)
+				list = string(b)
+			}
+		}
+		if list != deviceplugin.ContainerShim+"\n" {
+			t.Errorf("the container's %s: %q", deviceplugin.ContainerPreload, list)
 		}
 	}
-	if list != deviceplugin.ContainerShim+"\n" {
-		t.Errorf("the container's %s: %q", deviceplugin.ContainerPreload, list)
+}
+
+// sanitizerRuntime is the AddressSanitizer runtime prog links (its
+// DT_NEEDED name, libasan.so.N).
+func sanitizerRuntime(t *testing.T, prog string) string {
+	t.Helper()
+	f, err := elf.Open(prog)
+	if err != nil {
+		t.Fatalf("the ASan build of memclient (make builds it where libasan is installed): %v", err)
 	}
+	defer f.Close()
+	libs, err := f.ImportedLibraries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range libs {
+		if strings.HasPrefix(l, "libasan.so") {
+			return l
+		}
+	}
+	t.Fatalf("%s links no libasan: %v", prog, libs)
+	return ""
 }
 
 // After a reboot the kubelet starts a pod's container again with the
