@@ -204,7 +204,9 @@ int take(struct gpu *g, uint32_t from, uint64_t now)
         ADD(&old->preemptions, 1);
     STORE(&g->hdr->vclock, LOAD(&g->t->vtime));
     ADD(&g->hdr->switches, 1);
-    g->turn.lent = old && LOAD(&old->vtime) < LOAD(&g->t->vtime);
+    /* Lent: taken from one further behind, or from a process of our own
+     * tenant (its virtual time is ours), while it was idle. */
+    g->turn.lent = old && (old == g->t || LOAD(&old->vtime) < LOAD(&g->t->vtime));
     wake_all(g);
     wake_followers(g);
     return 1;
