@@ -71,6 +71,19 @@ enum { FGR_IMAGE_ABSENT, FGR_IMAGE_INLINE, FGR_IMAGE_KEEP, FGR_IMAGE_BY_HASH };
  * u64 len and len bytes: a host node's earlier copy nodes' buffers; the
  * client answers u64 seq once it returned (remote/executor/hostfn.c,
  * remote/client/hostfn.c). */
+/* The readings fgrNvmlReading asks of the server's NVML, each one call's
+ * (its argument: the sensor or clock type the call takes). */
+enum {
+    FGR_NVML_TEMPERATURE,   /* nvmlDeviceGetTemperature, °C */
+    FGR_NVML_POWER,         /* nvmlDeviceGetPowerUsage, mW */
+    FGR_NVML_POWER_LIMIT,   /* nvmlDeviceGetEnforcedPowerLimit, mW */
+    FGR_NVML_CLOCK,         /* nvmlDeviceGetClockInfo, MHz */
+    FGR_NVML_MAX_CLOCK,     /* nvmlDeviceGetMaxClockInfo, MHz */
+    FGR_NVML_FAN,           /* nvmlDeviceGetFanSpeed, % */
+    FGR_NVML_PSTATE,        /* nvmlDeviceGetPerformanceState */
+    FGR_NVML_READINGS
+};
+
 #define FGR_CHANNEL_MAGIC 0x43524746u /* "FGRC" */
 #define FGR_CHANNEL_SECRET 32u
 /* A token's length in bytes. */

@@ -248,6 +248,99 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetUtilizationRates(nvmlDevice_t device, nvmlU
     return NVML_SUCCESS;
 }
 
+/* What monitors read, modelled on a data-center GPU from the device's
+ * utilization: warmer and drawing more power the busier it is, its SM
+ * clock at the top while busy (at the device attribute's 1500 MHz) and
+ * low while idle; no fan of its own (passively cooled, as NVML answers for
+ * an H100 or H200). */
+#define SIM_POWER_IDLE_MW 60000u
+#define SIM_POWER_LIMIT_MW 700000u
+
+static nvmlReturn_t temperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensorType, unsigned int *temp)
+{
+    DEVICE_ARG(device, d);
+    if (!temp || sensorType != NVML_TEMPERATURE_GPU)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *temp = 30 + sim_utilization(d) * 40 / 100;
+    return NVML_SUCCESS;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensorType,
+                                                 unsigned int *temp)
+{
+    return temperature(device, sensorType, temp);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperature_t *t)
+{
+    if (t && t->version != nvmlTemperature_v1)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    unsigned int v = 0;
+    nvmlReturn_t r = temperature(device, t ? t->sensorType : NVML_TEMPERATURE_GPU, t ? &v : NULL);
+    if (r == NVML_SUCCESS)
+        t->temperature = (int)v;
+    return r;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
+{
+    DEVICE_ARG(device, d);
+    if (!power)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *power = SIM_POWER_IDLE_MW + (SIM_POWER_LIMIT_MW - SIM_POWER_IDLE_MW) / 100 * sim_utilization(d);
+    return NVML_SUCCESS;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *limit)
+{
+    DEVICE_ARG(device, d);
+    (void)d;
+    if (!limit)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *limit = SIM_POWER_LIMIT_MW;
+    return NVML_SUCCESS;
+}
+
+static nvmlReturn_t clock_mhz(nvmlClockType_t type, int busy, unsigned int *clock)
+{
+    static const unsigned top[NVML_CLOCK_COUNT] = {1500, 1500, 2600, 1200}, idle[NVML_CLOCK_COUNT] = {345, 345, 2600, 765};
+    if (!clock || (unsigned)type >= NVML_CLOCK_COUNT)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *clock = busy ? top[type] : idle[type];
+    return NVML_SUCCESS;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock)
+{
+    DEVICE_ARG(device, d);
+    return clock_mhz(type, sim_utilization(d) > 0, clock);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock)
+{
+    DEVICE_ARG(device, d);
+    (void)d;
+    return clock_mhz(type, 1, clock);
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t device, unsigned int *speed)
+{
+    DEVICE_ARG(device, d);
+    (void)d;
+    (void)speed;
+    return NVML_ERROR_NOT_SUPPORTED;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t device, nvmlPstates_t *pState)
+{
+    DEVICE_ARG(device, d);
+    (void)d;
+    if (!pState)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *pState = NVML_PSTATE_0;
+    return NVML_SUCCESS;
+}
+
 /* A device reaches its own memory; the simulated devices do not reach
  * each other's (no peer access is simulated). */
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_t device2, nvmlGpuP2PCapsIndex_t p2pIndex,

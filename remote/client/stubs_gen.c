@@ -4526,6 +4526,23 @@ FGR_EXPORT CUresult fgrNvmlP2PStatus(CUdevice dev1, CUdevice dev2, unsigned int 
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult fgrNvmlReading(CUdevice dev, unsigned int what, unsigned int arg, unsigned int *value)
+{
+    CUresult fgr_r;
+    uint64_t n_value = value ? sizeof(unsigned int) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrNvmlReading, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
+    fgr_put_u64(&fgr_c.w, (uint64_t)what);
+    fgr_put_u64(&fgr_c.w, (uint64_t)arg);
+    fgr_put_u8(&fgr_c.w, value != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, value, n_value, 0);
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult fgrParamSizes(CUfunction f, unsigned int max, unsigned int *count, unsigned int *sizes)
 {
     CUresult fgr_r;
@@ -8020,6 +8037,7 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_fgrNvmlDriverVersion] = "fgrNvmlDriverVersion",
     [FGR_OP_fgrNvmlOwnMemory] = "fgrNvmlOwnMemory",
     [FGR_OP_fgrNvmlP2PStatus] = "fgrNvmlP2PStatus",
+    [FGR_OP_fgrNvmlReading] = "fgrNvmlReading",
     [FGR_OP_fgrParamSizes] = "fgrParamSizes",
     [FGR_OP_fgrHostMapped] = "fgrHostMapped",
     [FGR_OP_fgrHostMappedFree] = "fgrHostMappedFree",
@@ -8590,6 +8608,7 @@ const struct fg_proc fgr_procs[] = {
     {"fgrNvmlDriverVersion", "fgrNvmlDriverVersion", 0, 0, (void *)fgrNvmlDriverVersion},
     {"fgrNvmlOwnMemory", "fgrNvmlOwnMemory", 0, 0, (void *)fgrNvmlOwnMemory},
     {"fgrNvmlP2PStatus", "fgrNvmlP2PStatus", 0, 0, (void *)fgrNvmlP2PStatus},
+    {"fgrNvmlReading", "fgrNvmlReading", 0, 0, (void *)fgrNvmlReading},
     {"fgrParamSizes", "fgrParamSizes", 0, 0, (void *)fgrParamSizes},
     {"fgrHostMapped", "fgrHostMapped", 0, 0, (void *)fgrHostMapped},
     {"fgrHostMappedFree", "fgrHostMappedFree", 0, 0, (void *)fgrHostMappedFree},

@@ -268,6 +268,7 @@ typedef CUresult (*pfn_fgrNvmlUtilization)(CUdevice dev, unsigned int *gpu, unsi
 typedef CUresult (*pfn_fgrNvmlDriverVersion)(char *version, unsigned int length);
 typedef CUresult (*pfn_fgrNvmlOwnMemory)(CUdevice dev, size_t *used);
 typedef CUresult (*pfn_fgrNvmlP2PStatus)(CUdevice dev1, CUdevice dev2, unsigned int index, unsigned int *status);
+typedef CUresult (*pfn_fgrNvmlReading)(CUdevice dev, unsigned int what, unsigned int arg, unsigned int *value);
 typedef CUresult (*pfn_fgrParamSizes)(CUfunction f, unsigned int max, unsigned int *count, unsigned int *sizes);
 typedef CUresult (*pfn_fgrHostMapped)(CUdeviceptr *dptr, size_t bytes);
 typedef CUresult (*pfn_fgrHostMappedFree)(CUdeviceptr dptr);
@@ -5983,6 +5984,26 @@ static CUresult op_fgrNvmlP2PStatus(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_fgrNvmlReading(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdevice dev = (CUdevice)fgr_get_u64(rd);
+    unsigned int what = (unsigned int)fgr_get_u64(rd);
+    unsigned int arg = (unsigned int)fgr_get_u64(rd);
+    int has_value = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    unsigned int *value = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_value && !(value = fgr_out(q, sizeof(unsigned int))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrNvmlReading)fgr_real[FGR_OP_fgrNvmlReading])(dev, what, arg, value);
+    if (has_value)
+        fgr_reply_out(q, value, sizeof(unsigned int), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_fgrParamSizes(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -9800,6 +9821,7 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_fgrNvmlDriverVersion] = {"fgrNvmlDriverVersion", op_fgrNvmlDriverVersion, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrNvmlOwnMemory] = {"fgrNvmlOwnMemory", op_fgrNvmlOwnMemory, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrNvmlP2PStatus] = {"fgrNvmlP2PStatus", op_fgrNvmlP2PStatus, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrNvmlReading] = {"fgrNvmlReading", op_fgrNvmlReading, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrParamSizes] = {"fgrParamSizes", op_fgrParamSizes, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrHostMapped] = {"fgrHostMapped", op_fgrHostMapped, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrHostMappedFree] = {"fgrHostMappedFree", op_fgrHostMappedFree, 0, FGR_SMALL_FRAME},

@@ -161,6 +161,26 @@ struct server_nvml {
     nvmlReturn_t (*version)(char *, unsigned int);
     nvmlReturn_t (*procs)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *);
     nvmlReturn_t (*p2p)(nvmlDevice_t, nvmlDevice_t, nvmlGpuP2PCapsIndex_t, nvmlGpuP2PStatus_t *);
+    /* the readings of fgrNvmlReading, by FGR_NVML_*: with an argument
+     * (a sensor or clock type) or without */
+    union {
+        nvmlReturn_t (*with)(nvmlDevice_t, unsigned int, unsigned int *);
+        nvmlReturn_t (*plain)(nvmlDevice_t, unsigned int *);
+    } reading[FGR_NVML_READINGS];
+};
+
+/* Each reading's NVML function, and whether it takes an argument. */
+static const struct {
+    const char *name;
+    int with_arg;
+} readings[FGR_NVML_READINGS] = {
+    [FGR_NVML_TEMPERATURE] = {"nvmlDeviceGetTemperature", 1},
+    [FGR_NVML_POWER] = {"nvmlDeviceGetPowerUsage", 0},
+    [FGR_NVML_POWER_LIMIT] = {"nvmlDeviceGetEnforcedPowerLimit", 0},
+    [FGR_NVML_CLOCK] = {"nvmlDeviceGetClockInfo", 1},
+    [FGR_NVML_MAX_CLOCK] = {"nvmlDeviceGetMaxClockInfo", 1},
+    [FGR_NVML_FAN] = {"nvmlDeviceGetFanSpeed", 0},
+    [FGR_NVML_PSTATE] = {"nvmlDeviceGetPerformanceState", 0}, /* an nvmlPstates_t, an int's size */
 };
 
 static const struct server_nvml *server_nvml(void)
@@ -175,6 +195,8 @@ static const struct server_nvml *server_nvml(void)
         *(void **)&nv.version = h ? dlsym(h, "nvmlSystemGetDriverVersion") : NULL;
         *(void **)&nv.procs = h ? dlsym(h, "nvmlDeviceGetComputeRunningProcesses_v3") : NULL;
         *(void **)&nv.p2p = h ? dlsym(h, "nvmlDeviceGetP2PStatus") : NULL;
+        for (int i = 0; i < FGR_NVML_READINGS; i++)
+            *(void **)&nv.reading[i] = h ? dlsym(h, readings[i].name) : NULL;
         state = init && nv.by_uuid && nv.util && nv.version && init() == NVML_SUCCESS ? 1 : -1;
         if (state < 0)
             fgr_logf("no NVML here (%s): utilization and the driver's version are not answered",
@@ -276,6 +298,27 @@ static CUresult nvml_p2p(CUdevice dev1, CUdevice dev2, unsigned int index, unsig
         return CUDA_ERROR_INVALID_VALUE;
     if (nr == NVML_SUCCESS)
         *status = (unsigned)st;
+    return from_nvml(nr);
+}
+
+/* A reading of the server's NVML (FGR_NVML_*), as monitors ask it. */
+static CUresult nvml_reading(CUdevice dev, unsigned int what, unsigned int arg, unsigned int *value)
+{
+    const struct server_nvml *nv = server_nvml();
+    if (!value || what >= FGR_NVML_READINGS)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!nv || !nv->reading[what].plain)
+        return CUDA_ERROR_NOT_SUPPORTED;
+    nvmlDevice_t d;
+    CUresult r = nvml_device(nv, dev, &d);
+    if (r != CUDA_SUCCESS)
+        return r;
+    unsigned int v = 0;
+    nvmlReturn_t nr = readings[what].with_arg ? nv->reading[what].with(d, arg, &v) : nv->reading[what].plain(d, &v);
+    if (nr == NVML_ERROR_INVALID_ARGUMENT)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (nr == NVML_SUCCESS)
+        *value = v;
     return from_nvml(nr);
 }
 
@@ -697,6 +740,7 @@ int main(int argc, char **argv)
     fgr_real[FGR_OP_fgrNvmlDriverVersion] = (void *)nvml_driver_version;
     fgr_real[FGR_OP_fgrNvmlOwnMemory] = (void *)nvml_own_memory;
     fgr_real[FGR_OP_fgrNvmlP2PStatus] = (void *)nvml_p2p;
+    fgr_real[FGR_OP_fgrNvmlReading] = (void *)nvml_reading;
     *(void **)&real_ctx_pop = dlsym(h, "cuCtxPopCurrent_v2");
     *(void **)&real_ctx_create_v2 = dlsym(h, "cuCtxCreate_v2");
     *(void **)&real_ctx_create_v4 = dlsym(h, "cuCtxCreate_v4");

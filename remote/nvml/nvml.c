@@ -3,8 +3,9 @@
  * libcuda.so.1 (its DT_NEEDED, found beside it through the rpath $ORIGIN),
  * so that NVML says what the program's CUDA calls say. Identity comes from
  * what the client cached at its handshake and is read once per nvmlInit;
- * memory is asked of the server at every query, and utilization of the
- * server's NVML (through the client's own operation). Every other entry point
+ * memory is asked of the server at every query, and utilization and the
+ * readings monitors ask (temperature, power, clocks, fan, performance
+ * state) of the server's NVML (through the client's own operations). Every other entry point
  * answers NVML_ERROR_NOT_SUPPORTED (stubs.c).
  *
  * Under the shim (flexgv run --remote) these driver calls go through its
@@ -13,6 +14,7 @@
 #include "flexgv/cuda_util.h"
 
 #include "../client/integrity_devices.h"
+#include "../wire.h"
 
 #define NVML_NO_UNVERSIONED_FUNC_DEFS
 #include <nvml.h>
@@ -405,6 +407,71 @@ FGN_EXPORT nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_
     nvmlReturn_t r = nvml_result(fgrNvmlP2PStatus((CUdevice)d1, (CUdevice)d2, (unsigned)p2pIndex, &st));
     if (r == NVML_SUCCESS)
         *p2pStatus = (nvmlGpuP2PStatus_t)st;
+    return r;
+}
+
+/* Readings of the server's NVML (through the client's own operation):
+ * what monitors ask of a GPU, its temperature, power, clocks, fan and
+ * performance state. */
+CUresult fgrNvmlReading(CUdevice dev, unsigned int what, unsigned int arg, unsigned int *value);
+
+static nvmlReturn_t reading(nvmlDevice_t device, unsigned int what, unsigned int arg, unsigned int *value)
+{
+    DEVICE_ARG(device, d);
+    if (!value)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    return nvml_result(fgrNvmlReading((CUdevice)d, what, arg, value));
+}
+
+FGN_EXPORT nvmlReturn_t nvmlDeviceGetTemperature(nvmlDevice_t device, nvmlTemperatureSensors_t sensorType,
+                                                 unsigned int *temp)
+{
+    return reading(device, FGR_NVML_TEMPERATURE, (unsigned)sensorType, temp);
+}
+
+FGN_EXPORT nvmlReturn_t nvmlDeviceGetTemperatureV(nvmlDevice_t device, nvmlTemperature_t *temperature)
+{
+    if (temperature && temperature->version != nvmlTemperature_v1)
+        return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
+    unsigned int t = 0;
+    nvmlReturn_t r = reading(device, FGR_NVML_TEMPERATURE, temperature ? (unsigned)temperature->sensorType : 0,
+                             temperature ? &t : NULL);
+    if (r == NVML_SUCCESS)
+        temperature->temperature = (int)t;
+    return r;
+}
+
+FGN_EXPORT nvmlReturn_t nvmlDeviceGetPowerUsage(nvmlDevice_t device, unsigned int *power)
+{
+    return reading(device, FGR_NVML_POWER, 0, power);
+}
+
+FGN_EXPORT nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, unsigned int *limit)
+{
+    return reading(device, FGR_NVML_POWER_LIMIT, 0, limit);
+}
+
+FGN_EXPORT nvmlReturn_t nvmlDeviceGetClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock)
+{
+    return reading(device, FGR_NVML_CLOCK, (unsigned)type, clock);
+}
+
+FGN_EXPORT nvmlReturn_t nvmlDeviceGetMaxClockInfo(nvmlDevice_t device, nvmlClockType_t type, unsigned int *clock)
+{
+    return reading(device, FGR_NVML_MAX_CLOCK, (unsigned)type, clock);
+}
+
+FGN_EXPORT nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t device, unsigned int *speed)
+{
+    return reading(device, FGR_NVML_FAN, 0, speed);
+}
+
+FGN_EXPORT nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t device, nvmlPstates_t *pState)
+{
+    unsigned int v = 0;
+    nvmlReturn_t r = reading(device, FGR_NVML_PSTATE, 0, pState ? &v : NULL);
+    if (r == NVML_SUCCESS)
+        *pState = (nvmlPstates_t)v;
     return r;
 }
 

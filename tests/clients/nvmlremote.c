@@ -63,7 +63,38 @@ int main(int argc, char **argv)
         nvmlReturn_t ur = nvmlDeviceGetUtilizationRates(d0, &u);
         printf("utilization: %s gpu=%u memory=%u\n", nvmlErrorString(ur), ur ? 0 : u.gpu, ur ? 0 : u.memory);
         printf("utilization without a place for it: %s\n", nvmlErrorString(nvmlDeviceGetUtilizationRates(d0, NULL)));
-        printf("power: %s\n", nvmlErrorString(nvmlDeviceGetPowerUsage(d0, &mw)));
+        /* What monitors read (PyTorch's torch.cuda.temperature, power_draw
+         * and clock_rate among them). */
+        unsigned v = 0;
+        nvmlTemperature_t tv = {.version = nvmlTemperature_v1, .sensorType = NVML_TEMPERATURE_GPU};
+        nvmlReturn_t rr = nvmlDeviceGetTemperatureV(d0, &tv);
+        printf("readings: temperature %s %d", nvmlErrorString(rr), rr ? 0 : tv.temperature);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wdeprecated-declarations" /* as pynvml still asks it */
+        rr = nvmlDeviceGetTemperature(d0, NVML_TEMPERATURE_GPU, &v);
+        printf(" (the old call %s %u)", nvmlErrorString(rr), rr ? 0 : v);
+        rr = nvmlDeviceGetPowerUsage(d0, &mw);
+        printf(", power %s %u", nvmlErrorString(rr), rr ? 0 : mw);
+        rr = nvmlDeviceGetEnforcedPowerLimit(d0, &v);
+        printf(", limit %s %u", nvmlErrorString(rr), rr ? 0 : v);
+        for (int c = 0; c < NVML_CLOCK_COUNT; c++) {
+            unsigned cur = 0, top = 0;
+            nvmlReturn_t r1 = nvmlDeviceGetClockInfo(d0, (nvmlClockType_t)c, &cur), r2 = nvmlDeviceGetMaxClockInfo(d0, (nvmlClockType_t)c, &top);
+            printf(", clock %d %s %u max %s %u", c, nvmlErrorString(r1), r1 ? 0 : cur, nvmlErrorString(r2), r2 ? 0 : top);
+        }
+        rr = nvmlDeviceGetFanSpeed(d0, &v);
+        printf(", fan %s", nvmlErrorString(rr));
+        nvmlPstates_t ps = NVML_PSTATE_UNKNOWN;
+        rr = nvmlDeviceGetPerformanceState(d0, &ps);
+        printf(", pstate %s %d\n", nvmlErrorString(rr), rr ? -1 : (int)ps);
+        tv.version = 0;
+        printf("readings refused: sensor %s, version %s, clock %s, no place %s %s\n",
+               nvmlErrorString(nvmlDeviceGetTemperature(d0, NVML_TEMPERATURE_COUNT, &v)),
+               nvmlErrorString(nvmlDeviceGetTemperatureV(d0, &tv)),
+               nvmlErrorString(nvmlDeviceGetClockInfo(d0, NVML_CLOCK_COUNT, &v)),
+               nvmlErrorString(nvmlDeviceGetPowerUsage(d0, NULL)), nvmlErrorString(nvmlDeviceGetPerformanceState(d0, NULL)));
+#pragma GCC diagnostic pop
+        printf("board id: %s\n", nvmlErrorString(nvmlDeviceGetBoardId(d0, &v)));
         /* Peer status by the server's NVML (NCCL asks it as it starts). */
         for (unsigned j = 0; j < n; j++) {
             nvmlDevice_t dj;
