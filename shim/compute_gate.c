@@ -38,8 +38,11 @@ static int cap_waits(struct gpu *g, uint32_t cap, int64_t queued, int others, ui
     if (g->flight.count) {
         wait_oldest(g);
     } else {
-        if (others)
-            hand_over(g, 0); /* our idle time is theirs */
+        /* Our idle time is theirs; but our tenant's own processes share our
+         * bucket, as empty for them: they would only hand it back. */
+        int next = others ? best_waiter(g, (int)g->mine) : -1;
+        if (next >= 0 && tenant_of(g, (uint32_t)next) != g->t)
+            hand_over(g, 0);
         /* Asleep until the bucket has earned its debt back. */
         uint64_t ns = (uint64_t)(-LOAD(&g->t->cap_credit) + 1) * FULL / cap + 1;
         sleep_on(g, LOAD(&g->hdr->gen), ns < POLL_NS ? ns : POLL_NS);

@@ -148,6 +148,10 @@ int may_take(struct gpu *g, uint32_t h, uint64_t now)
     }
     g->turn.seen_busy = busy;
     struct fg_sched_tenant *ht = tenant_of(g, i);
+    /* Our tenant's holder idle for want of credit in the bucket we share:
+     * we could not launch either. */
+    if (ht == g->t && cap_of(g) && LOAD(&g->t->cap_credit) <= 0)
+        return 0;
     /* A higher priority is given longer to come back. A pause of one whose
      * requests are bound by its host, after it synchronized (nothing in
      * flight; it woke us then) and not lent at once (synced_on), is taken
@@ -205,8 +209,11 @@ int take(struct gpu *g, uint32_t from, uint64_t now)
     STORE(&g->hdr->vclock, LOAD(&g->t->vtime));
     ADD(&g->hdr->switches, 1);
     /* Lent: taken from one further behind, or from a process of our own
-     * tenant (its virtual time is ours), while it was idle. */
-    g->turn.lent = old && (old == g->t || LOAD(&old->vtime) < LOAD(&g->t->vtime));
+     * tenant (its virtual time is ours), while it was idle; but under a
+     * cap, whose bucket they share, such a process is idle because the
+     * bucket is empty, and handing the GPU back at each launch would only
+     * cost the cap hand-overs. */
+    g->turn.lent = old && (old == g->t ? !cap_of(g) : LOAD(&old->vtime) < LOAD(&g->t->vtime));
     wake_all(g);
     wake_followers(g);
     return 1;

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -350,6 +351,41 @@ func TestATenantsProcessesTakeTurns(t *testing.T) {
 			if rb.share < want-slack {
 				hc.Errorf("%s of one tenant: the second got %.1f%% of the device, want ≥ %.1f%% - %.1f (host delays)", c.name, rb.share, want, slack)
 			}
+		}
+		// Under a cap their bucket is one: a process idle because it is
+		// empty lends nothing, is not taken from and hands nothing over, or
+		// the GPU would change hands at every launch (the pair got 24 % of
+		// a 30 % cap, 7 % on a busy host, with 115,000 hand-overs).
+		e := newEnv(t)
+		a := e.spinnerUnder([]string{"--group", "g-capped", "--compute-max", "30%"}, busy...)
+		b := e.spinnerUnder([]string{"--group", "g-capped"}, busy...)
+		a.start()
+		b.start()
+		ra, rb := a.result(), b.result()
+		if ra.wallMs <= 0 || rb.wallMs <= 0 {
+			t.Fatalf("a capped process reported no time: %+v %+v", ra, rb)
+		}
+		// over the host's time, which the cap earns in (capBand)
+		sa, sb := ra.share*ra.elapsedMs/ra.wallMs, rb.share*rb.elapsedMs/rb.wallMs
+		lost := 1.3 * (ra.delayedMs*100/ra.wallMs + rb.delayedMs*100/rb.wallMs)
+		// The GPU changes hands at the end of a quantum (about 200 in two
+		// seconds); before, 19,000 times.
+		top := e.run("flexgv", "top", "--once", "--json", "--interval", "100ms")
+		var v struct {
+			GPUs []struct {
+				HandOvers uint64 `json:"hand_overs"`
+			} `json:"gpus"`
+		}
+		if err := json.Unmarshal([]byte(top.stdout), &v); err != nil || len(v.GPUs) == 0 {
+			t.Fatalf("flexgv top --once --json: %v, %+v", err, top)
+		}
+		t.Logf("two GPU-bound processes of one tenant capped at 30%%: %.1f%% / %.1f%% of the device (up to %.1f points lost to host delays), %d hand-overs",
+			sa, sb, lost, v.GPUs[0].HandOvers)
+		if sa+sb > 32 || sa+sb < 28-lost {
+			hc.Errorf("two processes of one tenant capped at 30%% got %.1f%% + %.1f%% of the device, want 30%% ± 2 (- %.1f, host delays)", sa, sb, lost)
+		}
+		if n := v.GPUs[0].HandOvers; n > 2000 {
+			hc.Errorf("two processes of one tenant capped at 30%%: %d hand-overs in two seconds, want at most 2000", n)
 		}
 	})
 }
