@@ -340,10 +340,13 @@ static struct sim_ctx *new_ctx(int dev, int is_primary, unsigned flags)
     return c;
 }
 
-static void free_ctx(struct sim_ctx *c)
+/* gone: what the driver answers for the context's streams from then on
+ * (CUDA_ERROR_CONTEXT_IS_DESTROYED, or CUDA_ERROR_INVALID_CONTEXT for a
+ * primary context's, as an H100's does). */
+static void free_ctx(struct sim_ctx *c, CUresult gone)
 {
     sim_ctx_sync(c);
-    sim_ctx_streams_gone(c);
+    sim_ctx_streams_gone(c, gone);
     sim_graph_ctx_release(c);
     sim_ctx_release_memory(c);
     if (c->charged_bytes)
@@ -407,7 +410,7 @@ static CUresult primary_drop(CUdevice ordinal, int reset)
         for (int i = 0; i < ctx_depth; i++)
             if (ctx_stack[i] == c)
                 ctx_stack[i] = NULL;
-        free_ctx(c);
+        free_ctx(c, CUDA_ERROR_INVALID_CONTEXT);
     }
     pthread_mutex_unlock(&ctx_lock);
     return CUDA_SUCCESS;
@@ -491,7 +494,7 @@ static CUresult ctx_create(CUcontext *pctx, unsigned int flags, CUdevice dev)
     if (!c)
         return CUDA_ERROR_OUT_OF_MEMORY;
     if (ctx_depth == (int)(sizeof ctx_stack / sizeof ctx_stack[0])) {
-        free_ctx(c);
+        free_ctx(c, CUDA_ERROR_CONTEXT_IS_DESTROYED);
         return CUDA_ERROR_INVALID_VALUE;
     }
     ctx_stack[ctx_depth++] = c;
@@ -570,7 +573,7 @@ void sim_ctx_end(struct sim_ctx *c)
             ctx_depth--;
             i--;
         }
-    free_ctx(c);
+    free_ctx(c, CUDA_ERROR_CONTEXT_IS_DESTROYED);
 }
 
 /* A green context's context goes with the green context only. */

@@ -43,6 +43,7 @@
 #define FUNC_MAGIC 0x46554e43u
 #define KERNEL_MAGIC 0x4b45524eu
 #define STREAM_MAGIC 0x5354524du
+#define STREAM_GONE_MAGIC 0x5354524fu
 #define EVENT_MAGIC 0x45564e54u
 #define DEFAULT_DURATION UINT64_MAX
 
@@ -898,11 +899,13 @@ void sim_ctx_sync(struct sim_ctx *ctx)
 }
 
 /* The stream a call names, in the current context. */
+static CUresult gone_stream(CUstream h);
+
 CUresult sim_stream_arg(CUstream h, int pt, struct sim_stream **out)
 {
     struct sim_ctx *c;
     CUresult r = sim_check_ctx(&c);
-    if (r)
+    if (r || (r = gone_stream(h)) != CUDA_SUCCESS)
         return r;
     *out = sim_stream_of(c, h, pt);
     return *out ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
@@ -930,15 +933,28 @@ static void stream_free(struct sim_stream *s)
     free(s);
 }
 
-void sim_ctx_streams_gone(struct sim_ctx *ctx)
+/* Its context gone, a stream stays as a tombstone answering `gone` to a
+ * synchronization, a query or its destroy, which frees it. */
+void sim_ctx_streams_gone(struct sim_ctx *ctx, CUresult gone)
 {
     pthread_mutex_lock(&streams_lock);
     while (ctx->streams) {
         struct sim_stream *s = ctx->streams;
         stream_unlink(s);
-        stream_free(s);
+        sim_capture_stream_gone(s);
+        s->magic = STREAM_GONE_MAGIC;
+        s->ctx = NULL;
+        s->gone = gone;
     }
     pthread_mutex_unlock(&streams_lock);
+}
+
+static CUresult gone_stream(CUstream h)
+{
+    struct sim_stream *s = (struct sim_stream *)h;
+    if (!s || h == CU_STREAM_LEGACY || h == CU_STREAM_PER_THREAD)
+        return CUDA_SUCCESS;
+    return s->magic == STREAM_GONE_MAGIC ? s->gone : CUDA_SUCCESS;
 }
 
 CUresult sim_stream_make(struct sim_ctx *c, CUstream *phStream, unsigned int flags, int priority)
@@ -1073,8 +1089,18 @@ SIM_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
 {
     SIM_GATE();
     struct sim_stream *s = (struct sim_stream *)hStream;
-    if (!s || s == (struct sim_stream *)CU_STREAM_LEGACY || s == (struct sim_stream *)CU_STREAM_PER_THREAD ||
-        s->magic != STREAM_MAGIC)
+    if (!s || s == (struct sim_stream *)CU_STREAM_LEGACY || s == (struct sim_stream *)CU_STREAM_PER_THREAD)
+        return CUDA_ERROR_INVALID_HANDLE;
+    pthread_mutex_lock(&streams_lock);
+    if (s->magic == STREAM_GONE_MAGIC) {
+        CUresult gone = s->gone;
+        s->magic = 0;
+        pthread_mutex_unlock(&streams_lock);
+        free(s);
+        return gone;
+    }
+    pthread_mutex_unlock(&streams_lock);
+    if (s->magic != STREAM_MAGIC)
         return CUDA_ERROR_INVALID_HANDLE;
     pthread_mutex_lock(&streams_lock);
     int mine = s->magic == STREAM_MAGIC; /* not destroyed meanwhile with its context */

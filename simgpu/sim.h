@@ -254,6 +254,7 @@ struct sim_stream {
     CUsynchronizationPolicy sync_policy;
     CUaccessPolicyWindow window;
     struct sim_stream *prev, *next; /* its context's streams (exec.c) */
+    CUresult gone;                  /* its context went: what it is answered (a tombstone) */
 };
 
 struct sim_event {
@@ -330,7 +331,7 @@ void sim_ctx_end(struct sim_ctx *c);
 
 /* exec.c */
 struct sim_stream *sim_stream_of(struct sim_ctx *ctx, CUstream h, int per_thread);
-void sim_ctx_streams_gone(struct sim_ctx *ctx);
+void sim_ctx_streams_gone(struct sim_ctx *ctx, CUresult gone);
 CUresult sim_stream_make(struct sim_ctx *c, CUstream *phStream, unsigned int flags, int priority);
 CUresult sim_stream_arg(CUstream h, int per_thread, struct sim_stream **out);
 CUresult sim_stream_wait(struct sim_stream *s);

@@ -274,7 +274,7 @@ static CUresult arena_free(CUdeviceptr p, unsigned int unmap)
  * the connection made in it (streams, events, modules, ...), which the
  * driver freed: their names are refused from then on, never handed to
  * the driver. */
-static void forget(uint64_t ctx)
+static void forget(uint64_t ctx, CUresult why)
 {
     for (size_t i = 0; i < nmaps;)
         if (maps[i].ctx == ctx)
@@ -283,14 +283,14 @@ static void forget(uint64_t ctx)
             i++;
     fgr_hostmem_forget(ctx);
     fgr_hostcopy_forget(ctx);
-    fgr_drop_owned(FGR_H_CUcontext, ctx);
+    fgr_drop_with_context(ctx, why);
 }
 
 static CUresult ctx_destroy(CUcontext c)
 {
     CUresult r = d.ctx_destroy(c);
     if (r == CUDA_SUCCESS)
-        forget((uint64_t)(uintptr_t)c);
+        forget((uint64_t)(uintptr_t)c, CUDA_ERROR_CONTEXT_IS_DESTROYED);
     return r;
 }
 
@@ -306,7 +306,7 @@ static CUresult primary_reset(CUdevice dev)
 {
     CUresult r = d.primary_reset(dev);
     if (r == CUDA_SUCCESS && dev >= 0 && dev < MAX_DEVICES)
-        forget((uint64_t)(uintptr_t)primary[dev]);
+        forget((uint64_t)(uintptr_t)primary[dev], CUDA_ERROR_INVALID_CONTEXT);
     return r;
 }
 
@@ -317,7 +317,7 @@ static CUresult primary_release(CUdevice dev)
     int active = 1;
     if (r == CUDA_SUCCESS && dev >= 0 && dev < MAX_DEVICES && d.primary_state(dev, &flags, &active) == CUDA_SUCCESS &&
         !active)
-        forget((uint64_t)(uintptr_t)primary[dev]);
+        forget((uint64_t)(uintptr_t)primary[dev], CUDA_ERROR_INVALID_CONTEXT);
     return r;
 }
 

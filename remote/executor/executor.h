@@ -314,10 +314,12 @@ void fgr_own_by(int kind, uint64_t v, int okind, uint64_t owner);
 void fgr_retain(int kind, uint64_t v);
 /* Forgets v and everything it owns. */
 void fgr_drop(int kind, uint64_t v);
-/* What (kind, v) owns, and what that owns, is dropped; (kind, v) stays
- * (a primary context reset: its handle is the device's again once
- * retained). */
-void fgr_drop_owned(int kind, uint64_t v);
+/* What context ctx made, and what that owns, is dropped; ctx stays (a
+ * primary context reset: its handle is the device's again once
+ * retained). The streams and events among it are answered `why` from then
+ * on (CUDA_ERROR_CONTEXT_IS_DESTROYED, or CUDA_ERROR_INVALID_CONTEXT for a
+ * primary context's), as the driver answers them. */
+void fgr_drop_with_context(uint64_t ctx, CUresult why);
 /* [p, p+n) lies in one range this connection allocated. */
 int fgr_mem_in(uint64_t p, uint64_t n);
 /* The size of the connection's range that starts at base (0: none does). */

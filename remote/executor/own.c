@@ -524,6 +524,17 @@ int fgr_out_adopt(int kind, void *p)
     return fgr_out_n(kind, p, 1);
 }
 
+/* The client's names of streams and events that went with their context,
+ * the latest GONE_NAMES, and what the driver answers for them: a request
+ * naming one is refused with that, as natively, not as a name never given. */
+#define GONE_NAMES 1024
+static struct {
+    uint64_t name;
+    CUresult r;
+} gone[GONE_NAMES];
+static unsigned gone_next;
+static CUresult gone_why; /* while a context's names go: what they are answered */
+
 static void moved_gone(uint64_t base, uint64_t end);
 
 void fgr_drop(int kind, uint64_t v)
@@ -539,6 +550,8 @@ void fgr_drop(int kind, uint64_t v)
             return;
     }
     if (e) {
+        if (gone_why && (kind & SHADOWED))
+            gone[gone_next++ % GONE_NAMES] = (typeof(gone[0])){v, gone_why};
         e->kind = FGR_H_DEAD;
         name_free(e->name);
         fgr_journal_detach(e->made);
@@ -557,7 +570,12 @@ void fgr_drop(int kind, uint64_t v)
     }
 }
 
-void fgr_drop_owned(int kind, uint64_t v) { drop_owned(kind, v); }
+void fgr_drop_with_context(uint64_t ctx, CUresult why)
+{
+    gone_why = why;
+    drop_owned(FGR_H_CUcontext, ctx);
+    gone_why = CUDA_SUCCESS;
+}
 
 /* Everything owned by (kind, v), and what that owns in turn. */
 static void drop_owned(int kind, uint64_t v)
@@ -834,12 +852,19 @@ void fgr_logf(const char *fmt, ...)
 
 CUresult fgr_refuse(const char *call, const char *param, uint64_t v, CUresult r)
 {
+    uint64_t named = v == FGR_BAD_HANDLE && bad_seen ? first_bad : v;
+    int went = 0;
+    for (unsigned i = 0; named && i < GONE_NAMES && i < gone_next; i++)
+        if (gone[i].name == named)
+            r = gone[i].r, went = 1;
     if (refusals++ == 0)
         fprintf(fgr_log ? fgr_log : stderr,
-                "flexgv-executor[%d] %s: refusing %s: %s=0x%llx is not a %s this connection was given "
+                "flexgv-executor[%d] %s: refusing %s: %s=0x%llx %s %s%s "
                 "(error %d; further refusals on this connection are not logged)\n",
-                (int)getpid(), fgr_peer, call, param, (unsigned long long)(v == FGR_BAD_HANDLE && bad_seen ? first_bad : v),
-                r == CUDA_ERROR_INVALID_VALUE ? "device address range" : "handle", (int)r);
+                (int)getpid(), fgr_peer, call, param, (unsigned long long)named,
+                went ? "went with its context, a" : "is not a",
+                r == CUDA_ERROR_INVALID_VALUE ? "device address range" : "handle",
+                went ? "" : " this connection was given", (int)r);
     return r;
 }
 

@@ -135,13 +135,16 @@ func TestRemoteOldEntryPointsFound(t *testing.T) {
 
 // A context's streams go with it, destroyed or reset (the simulated GPU
 // crashed on such a stream before), and the executor forgets them with it:
-// each transport answers as the GPU in the program's own process does.
+// each transport answers as the GPU in the program's own process does, and
+// as the driver does, with the context's fate, not as for a handle never
+// made.
 func TestRemoteStreamsGoWithTheirContext(t *testing.T) {
 	e := newEnv(t)
 	local := e.run("families", "gone")
 	for _, want := range []string{
-		"a stream of a destroyed context: synchronize CUDA_ERROR_INVALID_HANDLE, destroy CUDA_ERROR_INVALID_HANDLE\n",
-		"a stream of a reset primary context: synchronize CUDA_ERROR_INVALID_HANDLE, destroy CUDA_ERROR_INVALID_HANDLE\n",
+		// as an H100's driver answers (2026-12-06)
+		"a stream of a destroyed context: synchronize CUDA_ERROR_CONTEXT_IS_DESTROYED, destroy CUDA_ERROR_CONTEXT_IS_DESTROYED\n",
+		"a stream of a reset primary context: synchronize CUDA_ERROR_INVALID_CONTEXT, destroy CUDA_ERROR_INVALID_CONTEXT\n",
 		"a stream made after: synchronize CUDA_SUCCESS, destroy CUDA_SUCCESS\n",
 	} {
 		if local.code != 0 || !strings.Contains(local.stdout, want) {

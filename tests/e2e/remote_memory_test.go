@@ -104,22 +104,22 @@ func TestRemoteHandlesForgottenWithTheirContext(t *testing.T) {
 	c.ctx = 0
 	c.own = c.handle("cuDevicePrimaryCtxRetain", w{}.u64(0).u8(1))
 	c.ctx = c.own
-	const invalidValue, invalidHandle = 1, 400
+	const invalidValue, invalidContext = 1, 201 // the driver's answers for what a reset context held
 	for _, u := range []struct {
 		what, op string
 		args     w
 		want     uint32
 	}{
-		{"stream", "cuStreamSynchronize", w{}.u64(stream), invalidHandle},
-		{"event", "cuEventQuery", w{}.u64(event), invalidHandle},
-		{"event", "cuEventRecord", w{}.u64(event).u64(0), invalidHandle},
+		{"stream", "cuStreamSynchronize", w{}.u64(stream), invalidContext},
+		{"event", "cuEventQuery", w{}.u64(event), invalidContext},
+		{"event", "cuEventRecord", w{}.u64(event).u64(0), invalidContext},
 		{"memory", "cuMemcpyDtoH_v2", w{}.u64(mem).u64(64).u8(1), invalidValue},
 	} {
 		if r, _ := c.call(u.op, u.args); r != u.want {
 			t.Errorf("%s of the reset context, %s: error %d, want %d", u.what, u.op, r, u.want)
 		}
 	}
-	s.waitLog(`refusing cuStreamSynchronize: hStream=0x[0-9a-f]+ is not a handle this connection was given`, 10*time.Second)
+	s.waitLog(`refusing cuStreamSynchronize: hStream=0x[0-9a-f]+ went with its context, a handle \(error 201;`, 10*time.Second)
 	// What the context has now works.
 	fresh := c.handle("cuMemAlloc_v2", w{}.u64(4096).u8(1))
 	c.queue("cuStreamCreate", w{}.u64(0).u64(stream+16))
