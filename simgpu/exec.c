@@ -1091,26 +1091,18 @@ SIM_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
     struct sim_stream *s = (struct sim_stream *)hStream;
     if (!s || s == (struct sim_stream *)CU_STREAM_LEGACY || s == (struct sim_stream *)CU_STREAM_PER_THREAD)
         return CUDA_ERROR_INVALID_HANDLE;
+    /* under the lock: its context may be destroyed meanwhile */
     pthread_mutex_lock(&streams_lock);
-    if (s->magic == STREAM_GONE_MAGIC) {
-        CUresult gone = s->gone;
-        s->magic = 0;
-        pthread_mutex_unlock(&streams_lock);
-        free(s);
-        return gone;
-    }
-    pthread_mutex_unlock(&streams_lock);
-    if (s->magic != STREAM_MAGIC)
-        return CUDA_ERROR_INVALID_HANDLE;
-    pthread_mutex_lock(&streams_lock);
-    int mine = s->magic == STREAM_MAGIC; /* not destroyed meanwhile with its context */
-    if (mine)
+    uint32_t magic = s->magic;
+    CUresult r = magic == STREAM_MAGIC ? CUDA_SUCCESS : magic == STREAM_GONE_MAGIC ? s->gone : CUDA_ERROR_INVALID_HANDLE;
+    if (magic == STREAM_MAGIC)
         stream_unlink(s);
     pthread_mutex_unlock(&streams_lock);
-    if (!mine)
-        return CUDA_ERROR_INVALID_HANDLE;
-    stream_free(s);
-    return CUDA_SUCCESS;
+    if (magic == STREAM_MAGIC)
+        stream_free(s);
+    else if (magic == STREAM_GONE_MAGIC)
+        s->magic = 0, free(s);
+    return r;
 }
 
 SIM_EXPORT CUresult cuStreamGetDevice(CUstream hStream, CUdevice *device)
