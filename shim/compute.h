@@ -370,7 +370,7 @@ void wake_followers(struct gpu *g);
 /* Charges t, the holder, for its time not yet paid for, at most `fair`. */
 void pay(struct gpu *g, struct fg_sched_tenant *t, uint64_t fair, uint64_t now);
 /* Whether tenant a's turn on g comes before b's, at equal priority. */
-int before(struct gpu *g, struct fg_sched_tenant *a, struct fg_sched_tenant *b);
+int goes_before_us(struct gpu *g, struct fg_sched_tenant *t);
 /* The waiting slot to run next, other than `except`; -1 if none. */
 int best_waiter(struct gpu *g, int except);
 /* Whether a process of higher priority than ours is on the GPU. */

@@ -83,20 +83,17 @@ static int as_holder(struct gpu *g, uint64_t now)
      * the end of a quantum, each pause of a tenant between its
      * synchronizations would hand a whole quantum to one ahead of it, and
      * shares would drift toward equal. */
-    if (g->turn.lent && nt && (nt == g->t || before(g, nt, g->t))) {
+    if (g->turn.lent && nt && goes_before_us(g, nt)) {
         hand_off(g);
         return AGAIN;
     }
     if (now - g->turn.at >= g->quantum) {
         /* A quantum is over: pay for it, then run on only while we are
-         * still the one furthest behind among our equals. Our tenant's
-         * other processes share its virtual time, never behind it: they
-         * take turns with us (best_waiter's round robin), or the first to
-         * hold the GPU would keep it while it has work. */
+         * still the one furthest behind among our equals. */
         pay(g, g->t, 2 * g->quantum, now);
         g->turn.at = now;
         STORE(&g->hdr->turn_ends_ns, now + g->quantum);
-        if (nt && (nt == g->t || before(g, nt, g->t))) {
+        if (nt && goes_before_us(g, nt)) {
             hand_off(g);
             return AGAIN;
         }

@@ -75,12 +75,18 @@ void pay_fill(struct gpu *g, uint64_t ns, uint64_t now)
     } while (next != v && !__atomic_compare_exchange_n(&g->t->vtime, &v, next, 1, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
 }
 
-/* Whether tenant a's turn on g comes before b's, at equal priority: the
- * gang's order, then the lesser virtual time. */
-int before(struct gpu *g, struct fg_sched_tenant *a, struct fg_sched_tenant *b)
+/* Whether a waiter of our priority, of tenant t, goes before us once our
+ * turn (or loan) is due to end: by the gang's order, then the lesser
+ * virtual time. A process of our own tenant shares its virtual time, never
+ * behind it: it goes before us there, as the next in turn (best_waiter's
+ * round robin), or the first of a tenant to hold the GPU would keep it
+ * while it had work. */
+int goes_before_us(struct gpu *g, struct fg_sched_tenant *t)
 {
-    int l = leads(g, a, b);
-    return l ? l > 0 : LOAD(&a->vtime) < LOAD(&b->vtime);
+    if (t == g->t)
+        return 1;
+    int l = leads(g, t, g->t);
+    return l ? l > 0 : LOAD(&t->vtime) < LOAD(&g->t->vtime);
 }
 
 /* The waiting slot to run next: highest priority, then the gang's order,
