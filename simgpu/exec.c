@@ -898,9 +898,9 @@ void sim_ctx_sync(struct sim_ctx *ctx)
     sim_pools_trim_after_sync(ctx->dev);
 }
 
-/* The stream a call names, in the current context. */
 static CUresult gone_stream(CUstream h);
 
+/* The stream a call names, in the current context. */
 CUresult sim_stream_arg(CUstream h, int pt, struct sim_stream **out)
 {
     struct sim_ctx *c;
@@ -912,7 +912,7 @@ CUresult sim_stream_arg(CUstream h, int pt, struct sim_stream **out)
 }
 
 /* Each context's streams, linked so that they go with it: a stream of a
- * destroyed or reset context is an invalid handle, as the driver answers. */
+ * destroyed or reset context is answered as the driver answers it. */
 static pthread_mutex_t streams_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static void stream_unlink(struct sim_stream *s)

@@ -5,8 +5,8 @@
  * what the client cached at its handshake and is read once per nvmlInit;
  * memory is asked of the server at every query, and utilization and the
  * readings monitors ask (temperature, power, clocks, fan, performance
- * state) of the server's NVML (through the client's own operations). Every other entry point
- * answers NVML_ERROR_NOT_SUPPORTED (stubs.c).
+ * state) of the server's NVML (through the client's own operations).
+ * Every other entry point answers NVML_ERROR_NOT_SUPPORTED (stubs.c).
  *
  * Under the shim (flexgv run --remote) these driver calls go through its
  * hooks like the program's own, and are traced with them. */
