@@ -140,6 +140,20 @@ if "$CUDA/bin/nvcc" -O2 -o "$WORK/hostfunc_async" scripts/gpu/hostfunc_async.cu;
 else
     fail "simmodel: nvcc build of hostfunc_async.cu"
 fi
+# Executable graphs updated from graphs of another topology: what the
+# driver refuses, the node it names, what the executable then runs
+# (tests/clients/graphnodes, its fill kernel built for the real GPU).
+if "$CUDA/bin/nvcc" -cubin -arch=native -o "$WORK/fill.cubin" scripts/gpu/fill.cu; then
+    FLEXGV_TEST_FILL_IMAGE=$WORK/fill.cubin build/tests/graphnodes topology >"$WORK/topology_real.txt" 2>&1
+    FLEXGV_SIM_STATE="$WORK/sim.state" LD_LIBRARY_PATH=build/sim build/tests/graphnodes topology >"$WORK/topology_sim.txt" 2>&1
+    if diff "$WORK/topology_real.txt" "$WORK/topology_sim.txt"; then
+        pass "graph updates by topology: the simulated GPU answers what the real one does ($(wc -l <"$WORK/topology_real.txt") cases)"
+    else
+        fail "graph updates by topology: the simulated GPU differs from the real one (diff above: < real, > simulated)"
+    fi
+else
+    fail "simmodel: nvcc build of fill.cu"
+fi
 fi
 
 if want hookmap; then

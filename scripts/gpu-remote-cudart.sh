@@ -331,6 +331,52 @@ if wanted nvml; then
         *) fail "NVML over ${addr%%://*}://: ${util:-no answer}" ;;
         esac
     done
+    # The readings monitors ask, against the same program on the real NVML:
+    # the same answers and refusals, the same fixed values (power limit,
+    # maximum clocks), a temperature within 5 degrees.
+    env -u LD_LIBRARY_PATH timeout "$LIMIT" "$B/tests/nvmlremote" >"$tmp/nvml.native" 2>&1
+    for addr in "${ADDRS[@]}"; do
+        FLEXGV_REMOTE=$addr LD_LIBRARY_PATH="$B/remote" timeout "$LIMIT" "$B/tests/nvmlremote" >"$tmp/nvml.remote" 2>&1
+        if why=$(python3 - "$tmp/nvml.native" "$tmp/nvml.remote" <<'PY'
+import re, sys
+def lines(p):
+    t = open(p).read()
+    get = lambda k: next((l for l in t.splitlines() if l.startswith(k)), "")
+    return get("readings: "), get("readings refused: ")
+(n, nr), (r, rr) = lines(sys.argv[1]), lines(sys.argv[2])
+if not n or not r:
+    sys.exit(f"no readings (native {n!r}, remote {r!r})")
+if nr != rr:
+    sys.exit(f"refusals differ: native {nr!r}, remote {rr!r}")
+num = re.compile(r"\d+")
+if num.sub("N", n) != num.sub("N", r):
+    sys.exit(f"answers differ: native {n!r}, remote {r!r}")
+fixed = lambda l: re.findall(r"(?:limit|max) \w+ (\d+)", l)
+if fixed(n) != fixed(r):
+    sys.exit(f"fixed values differ: native {fixed(n)}, remote {fixed(r)}")
+temp = lambda l: int(re.search(r"temperature \w+ (\d+)", l).group(1))
+if abs(temp(n) - temp(r)) > 5:
+    sys.exit(f"temperature {temp(r)} against {temp(n)} natively")
+print(r)
+PY
+        ); then
+            pass "NVML readings over ${addr%%://*}:// as natively: $why"
+        else
+            fail "NVML readings over ${addr%%://*}://: $why"
+        fi
+        # nvidia-smi itself, through the client's NVML.
+        q=name,uuid,memory.total,clocks.max.sm,power.limit
+        native=$(env -u LD_LIBRARY_PATH nvidia-smi --query-gpu=$q --format=csv,noheader -i 0 2>&1)
+        remote=$(FLEXGV_REMOTE=$addr LD_LIBRARY_PATH="$B/remote" timeout "$LIMIT" nvidia-smi --query-gpu=$q --format=csv,noheader -i 0 2>&1)
+        if [ "$native" = "$remote" ]; then
+            pass "nvidia-smi over ${addr%%://*}://: $remote"
+        else
+            fail "nvidia-smi over ${addr%%://*}://: '$remote', natively '$native'"
+        fi
+        # Its full view, printed (not judged).
+        FLEXGV_REMOTE=$addr LD_LIBRARY_PATH="$B/remote" timeout "$LIMIT" nvidia-smi 2>&1 | head -30 |
+            sed "s|^|nvidia-smi over ${addr%%://*}://: |"
+    done
 fi
 # Module images kept by the server over TCP: a second PyTorch run sends
 # hashes where the first sent images (the start-up times of both).

@@ -175,11 +175,26 @@ static const char COND_MODULE[] = "FLEXGV-SIM-MODULE\n"
                                   "kernel add 5 builtin=add\n"
                                   "kernel setcond 5 builtin=setcond\n";
 
-/* A stream, COND_MODULE's fill kernel and bytes of device memory. */
+/* A stream, COND_MODULE's fill kernel and bytes of device memory. With
+ * FLEXGV_TEST_FILL_IMAGE naming a module of a real fill kernel
+ * (scripts/gpu/fill.cu) the same calls run on a real GPU, whose answers the
+ * simulated GPU's are checked against. */
 static void fill_setup(CUstream *st, CUmodule *mod, CUfunction *fill, CUdeviceptr *w, size_t bytes)
 {
     CHECK(cuStreamCreate(st, 0));
-    CHECK(cuModuleLoadData(mod, COND_MODULE));
+    const char *path = getenv("FLEXGV_TEST_FILL_IMAGE");
+    if (path && *path) {
+        FILE *f = fopen(path, "rb");
+        static char image[1 << 20];
+        size_t n = f ? fread(image, 1, sizeof image - 1, f) : 0;
+        if (!n || n == sizeof image - 1) {
+            fprintf(stderr, "FLEXGV_TEST_FILL_IMAGE=%s: not read, or over 1 MiB\n", path);
+            exit(2);
+        }
+        fclose(f);
+        CHECK(cuModuleLoadData(mod, image));
+    } else
+        CHECK(cuModuleLoadData(mod, COND_MODULE));
     CHECK(cuModuleGetFunction(fill, *mod, "fill"));
     CHECK(cuMemAlloc_v2(w, bytes));
 }
