@@ -131,7 +131,7 @@ enum {
  * start with these, then the device ranges to copy (u32 count, {u64 base,
  * u64 size} each). */
 #define FGR_STATE_MAGIC 0x53524746u /* "FGRS" */
-#define FGR_STATE_VERSION 3u /* 2: the names' table; 3: pointer-like names */
+#define FGR_STATE_VERSION 4u /* 2: the names' table; 3: pointer-like names; 4: names gone with their contexts */
 #define FGR_MAX_TICKETS 32
 /* Dynamic shared memory sizes per block size that cuOccupancyMaxPotentialBlockSize
  * carries (block sizes 1 to 1024). */

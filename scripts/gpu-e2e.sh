@@ -154,6 +154,14 @@ if "$CUDA/bin/nvcc" -cubin -arch=native -o "$WORK/fill.cubin" scripts/gpu/fill.c
 else
     fail "simmodel: nvcc build of fill.cu"
 fi
+# A primary context reset and retained again: its handle.
+real=$(build/tests/families primary 2>&1 | grep '^a primary context')
+sim=$(FLEXGV_SIM_STATE="$WORK/sim.state" LD_LIBRARY_PATH=build/sim build/tests/families primary 2>&1 | grep '^a primary context')
+if [ -n "$real" ] && [ "$real" = "$sim" ]; then
+    pass "primary context reset: the simulated GPU as the real one ($real)"
+else
+    fail "primary context reset: real '$real', simulated '$sim'"
+fi
 fi
 
 if want hookmap; then

@@ -297,16 +297,30 @@ static CUresult ctx_destroy(CUcontext c)
 static CUresult primary_retain(CUcontext *pc, CUdevice dev)
 {
     CUresult r = d.primary_retain(pc, dev);
-    if (r == CUDA_SUCCESS && pc && dev >= 0 && dev < MAX_DEVICES)
+    if (r == CUDA_SUCCESS && pc && dev >= 0 && dev < MAX_DEVICES) {
+        /* brought back under another handle: the gone one's name goes */
+        uint64_t was = (uint64_t)(uintptr_t)primary[dev];
+        if (was && *pc != primary[dev] && fgr_context_is_idle(was))
+            fgr_drop(FGR_H_CUcontext, was);
         primary[dev] = *pc;
+    }
     return r;
+}
+
+/* A primary context gone (reset, or released by its last holder): what it
+ * held; its handle is the device's again once retained. */
+static void primary_gone(CUdevice dev)
+{
+    uint64_t ctx = (uint64_t)(uintptr_t)primary[dev];
+    forget(ctx, CUDA_ERROR_INVALID_CONTEXT);
+    fgr_context_idle(ctx);
 }
 
 static CUresult primary_reset(CUdevice dev)
 {
     CUresult r = d.primary_reset(dev);
     if (r == CUDA_SUCCESS && dev >= 0 && dev < MAX_DEVICES)
-        forget((uint64_t)(uintptr_t)primary[dev], CUDA_ERROR_INVALID_CONTEXT);
+        primary_gone(dev);
     return r;
 }
 
@@ -317,7 +331,7 @@ static CUresult primary_release(CUdevice dev)
     int active = 1;
     if (r == CUDA_SUCCESS && dev >= 0 && dev < MAX_DEVICES && d.primary_state(dev, &flags, &active) == CUDA_SUCCESS &&
         !active)
-        forget((uint64_t)(uintptr_t)primary[dev], CUDA_ERROR_INVALID_CONTEXT);
+        primary_gone(dev);
     return r;
 }
 

@@ -320,6 +320,11 @@ void fgr_drop(int kind, uint64_t v);
  * on (CUDA_ERROR_CONTEXT_IS_DESTROYED, or CUDA_ERROR_INVALID_CONTEXT for a
  * primary context's), as the driver answers them. */
 void fgr_drop_with_context(uint64_t ctx, CUresult why);
+/* A primary context gone (reset, or released by its last holder): its
+ * handle stays, but no request makes it any more, and the retain that
+ * brings it back makes it in the connection's state, under its name. */
+void fgr_context_idle(uint64_t ctx);
+int fgr_context_is_idle(uint64_t ctx);
 /* [p, p+n) lies in one range this connection allocated. */
 int fgr_mem_in(uint64_t p, uint64_t n);
 /* The size of the connection's range that starts at base (0: none does). */

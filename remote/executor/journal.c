@@ -436,7 +436,7 @@ void fgr_journal_patch(uint32_t k, uint64_t v)
  * request, in the order made, then u32 nranges again and for each range
  * the operation (u16) and the request (u32, its place above) that made it:
  * memory the driver placed is found again by them; then the names' table
- * (own.c: fgr_names_save). */
+ * and the names gone with their contexts (own.c: fgr_names_save). */
 
 const char *fgr_journal_save(struct fgr_buf *w)
 {

@@ -107,7 +107,8 @@ static void answer_why(unsigned nwhy, char *why, const char *what)
 }
 
 /* Every context the connection holds, drained: the state is what the
- * device finished. */
+ * device finished. A primary context reset (and not retained since) has no
+ * work, and cannot be made current. */
 static CUresult drain_all(void)
 {
     CUresult r = CUDA_SUCCESS;
@@ -115,7 +116,11 @@ static CUresult drain_all(void)
     size_t n = fgr_contexts(ctx, 64);
     for (size_t i = 0; i < n && r == CUDA_SUCCESS; i++) {
         CUcontext was;
-        if ((r = d.push((CUcontext)(uintptr_t)ctx[i])) != CUDA_SUCCESS)
+        if ((r = d.push((CUcontext)(uintptr_t)ctx[i])) == CUDA_ERROR_INVALID_CONTEXT) {
+            r = CUDA_SUCCESS;
+            continue;
+        }
+        if (r != CUDA_SUCCESS)
             break;
         r = d.sync();
         d.pop(&was);

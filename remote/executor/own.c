@@ -26,6 +26,7 @@ struct ent {
     uint32_t refs; /* references beyond the first (a physical allocation's retains) */
     uint32_t name; /* its index in names (NO_NAME: none) */
     uint8_t kind, okind; /* 0: empty slot; FGR_H_DEAD: removed */
+    uint8_t idle;        /* a primary context gone, its handle the device's again once retained */
     uint64_t shadow; /* the name the client gave it (a shadow handle's), which answers give back */
 };
 #define NO_NAME UINT32_MAX
@@ -222,6 +223,9 @@ int fgr_names_fresh(void) { return nnames == 0; }
 
 #define FREE_BIT 0x80000000u
 
+static void gone_save(struct fgr_buf *w);
+static const char *gone_restore(struct fgr_rd *rd);
+
 void fgr_names_save(struct fgr_buf *w)
 {
     fgr_put_u32(w, nnames);
@@ -233,6 +237,7 @@ void fgr_names_save(struct fgr_buf *w)
     fgr_put_u32(w, n);
     for (uint32_t i = freed, k = 0; k < n; i = (uint32_t)names[i].v, k++)
         fgr_put_u32(w, i);
+    gone_save(w);
 }
 
 const char *fgr_names_restore(struct fgr_rd *rd)
@@ -270,7 +275,7 @@ const char *fgr_names_restore(struct fgr_rd *rd)
         names[i].v = freed;
         freed = i;
     }
-    return rd->bad ? "the state's names are malformed" : NULL;
+    return rd->bad ? "the state's names are malformed" : gone_restore(rd);
 }
 
 static void name_free(uint32_t i)
@@ -354,8 +359,14 @@ void fgr_add(int kind, uint64_t v, int okind, uint64_t owner)
     struct ent *had = v ? find(kind, v) : NULL;
     if (!had && v && kind == FGR_H_CUfunction)
         had = find(FGR_H_CUkernel, v);
-    if (had)
+    if (had && had->idle) {
+        /* The retain that brings it back makes it, under its name. */
+        had->idle = 0;
+        had->made = fgr_journal_attach(NULL);
+        fgr_journal_named(had->name, names[had->name].gen);
+    } else if (had) {
         had->made = fgr_journal_attach(had->made); /* a retain, made again too */
+    }
     if (v == 0 || had)
         return;
     if ((used + 1) * 4 > cap * 3 && grow())
@@ -367,7 +378,7 @@ void fgr_add(int kind, uint64_t v, int okind, uint64_t owner)
         used++;
     /* Device ranges and shadow entries are not handed out by name. */
     uint32_t n = kind < FGR_H_MEM ? name_new(kind, v) : NO_NAME;
-    tab[i] = (struct ent){v, owner, fgr_journal_attach(NULL), 0, n, (uint8_t)kind, (uint8_t)okind, 0};
+    tab[i] = (struct ent){v, owner, fgr_journal_attach(NULL), 0, n, (uint8_t)kind, (uint8_t)okind, 0, 0};
 }
 
 int fgr_owned_by(int kind, uint64_t v, int okind)
@@ -537,6 +548,37 @@ static CUresult gone_why; /* while a context's names go: what they are answered 
 
 static void moved_gone(uint64_t base, uint64_t end);
 
+/* The names gone with their contexts, oldest first (after the names'
+ * table in a state): a moved connection's requests naming one are refused
+ * there as here. */
+static void gone_save(struct fgr_buf *w)
+{
+    uint32_t n = gone_next < GONE_NAMES ? gone_next : GONE_NAMES;
+    fgr_put_u32(w, n);
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t i = (gone_next - n + k) % GONE_NAMES;
+        fgr_put_u64(w, gone[i].name);
+        fgr_put_u32(w, (uint32_t)gone[i].r);
+    }
+}
+
+static const char *gone_restore(struct fgr_rd *rd)
+{
+    uint32_t n = fgr_get_u32(rd);
+    if (rd->bad || n > GONE_NAMES || n > rd->left / 12)
+        return "the state's names gone with their contexts are malformed";
+    for (uint32_t k = 0; k < n; k++) {
+        uint64_t name = fgr_get_u64(rd);
+        CUresult r = (CUresult)fgr_get_u32(rd);
+        /* only what the driver answers for them (fgr_drop_with_context) */
+        if (r != CUDA_ERROR_CONTEXT_IS_DESTROYED && r != CUDA_ERROR_INVALID_CONTEXT)
+            return "the state's names gone with their contexts are malformed";
+        gone[k].name = name, gone[k].r = r;
+    }
+    gone_next = n;
+    return rd->bad ? "the state's names gone with their contexts are malformed" : NULL;
+}
+
 void fgr_drop(int kind, uint64_t v)
 {
     struct ent *e = find(kind, v);
@@ -568,6 +610,22 @@ void fgr_drop(int kind, uint64_t v)
                 break;
             }
     }
+}
+
+void fgr_context_idle(uint64_t ctx)
+{
+    struct ent *e = find(FGR_H_CUcontext, ctx);
+    if (!e)
+        return;
+    fgr_journal_detach(e->made);
+    e->made = NULL;
+    e->idle = 1;
+}
+
+int fgr_context_is_idle(uint64_t ctx)
+{
+    struct ent *e = find(FGR_H_CUcontext, ctx);
+    return e && e->idle;
 }
 
 void fgr_drop_with_context(uint64_t ctx, CUresult why)

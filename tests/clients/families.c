@@ -355,6 +355,20 @@ int main(int argc, char **argv)
         gone_stream("a stream made after", s);
         return 0;
     }
+    if (argc > 1 && !strcmp(argv[1], "primary")) {
+        /* A primary context reset, then retained: its handle, and the old
+         * one made current (scripts/gpu-e2e.sh's simmodel runs this on a
+         * real GPU too). */
+        CUdevice d;
+        CUcontext a, b;
+        CHECK(cuDeviceGet(&d, 0));
+        CHECK(cuDevicePrimaryCtxRetain(&a, d));
+        CHECK(cuDevicePrimaryCtxReset_v2(d));
+        CHECK(cuDevicePrimaryCtxRetain(&b, d));
+        printf("a primary context reset and retained: %s handle; the old one made current: %s\n",
+               a == b ? "the same" : "another", result_name(cuCtxSetCurrent(a)));
+        return 0;
+    }
     if (argc > 1 && !strcmp(argv[1], "old")) {
         /* As the loaders of old programs do: every name must be found. */
         static const char *const names[] = {

@@ -271,15 +271,16 @@ func TestRemoteMigrateRefused(t *testing.T) {
 // stateBytes is a moved connection's state as remote/executor/journal.c
 // lays it out, with recs already laid out ({u32 len, frame, u32 nnames,
 // u64 names...} each), no device ranges and the names' table given
-// ({u32 nnames, u32 gen each, u32 nfree, u32 index each}; nil: none).
+// ({u32 nnames, u32 gen each, u32 nfree, u32 index each, u32 ngone, {u64
+// name, u32 result} each}; nil: none).
 // stateVersion is remote/wire.h's FGR_STATE_VERSION.
-const stateVersion = 3
+const stateVersion = 4
 
 func stateBytes(magic uint32, nrecs uint32, recs w, names ...uint32) w {
 	b := w{}.u32(magic).u32(stateVersion).u32(1).u32(2).u32(3).u32(4).u32(0).u32(nrecs)
 	b = append(b, recs...).u32(0)
 	if names == nil {
-		return b.u32(0).u32(0)
+		return b.u32(0).u32(0).u32(0)
 	}
 	for _, v := range names {
 		b = b.u32(v)
@@ -318,6 +319,10 @@ func TestRemoteMigrateHostileState(t *testing.T) {
 		{"free names left out", stateBytes(magic, 0, nil, 2, 1<<31|1, 1<<31|1, 1, 0), 0, "names are malformed"},
 		{"too many names", stateBytes(magic, 0, nil, 1<<30), 0, "names are malformed"},
 		{"a live name not made", stateBytes(magic, 0, nil, 1, 5, 0), 0, "names do not match"},
+		// Names gone with their contexts: more than are kept, one answered
+		// with what the driver does not answer for them.
+		{"too many gone names", stateBytes(magic, 0, nil, 0, 0, 2000), 0, "gone with their contexts are malformed"},
+		{"a gone name answered otherwise", stateBytes(magic, 0, nil, 0, 0, 1, 5, 0, 0), 0, "gone with their contexts are malformed"},
 	}
 	e := newEnv(t)
 	s := e.serve("unix")
@@ -477,6 +482,42 @@ func TestRemoteStateNamesAsBefore(t *testing.T) {
 		if nx != ny {
 			t.Errorf("graph %d: the new executor named it %#x, the old one %#x", i, ny, nx)
 		}
+	}
+}
+
+// A stream gone with its context (a reset primary context) is answered
+// on a new executor that took the connection's state as on the old one
+// (CUDA_ERROR_INVALID_CONTEXT, as the driver answers), not as a name never
+// given; the primary context retained again after its reset moves too (a
+// state of two retains of one context was refused before).
+func TestRemoteGoneNamesMove(t *testing.T) {
+	p := readProtocol(t)
+	e := newEnv(t)
+	s := e.serve("unix")
+	x := dialRaw(t, s, p)
+	ctx := handle(x.call("cuDevicePrimaryCtxRetain", 0, w{}.u64(0).u8(1)))
+	const st = 1<<46 | 0x1000 // streams are named by the client (a shadow name)
+	if r := x.result("cuStreamCreate", ctx, w{}.u64(1).u64(st)); r != 0 {
+		t.Fatalf("stream: %d", r)
+	}
+	if r := x.result("cuDevicePrimaryCtxReset_v2", ctx, w{}.u64(0)); r != 0 {
+		t.Fatalf("reset: %d", r)
+	}
+	ctx = handle(x.call("cuDevicePrimaryCtxRetain", 0, w{}.u64(0).u8(1)))
+	const invalidContext = 201
+	if r := x.result("cuStreamSynchronize", ctx, w{}.u64(st)); r != invalidContext {
+		t.Fatalf("the old executor answers the gone stream %d, want %d", r, invalidContext)
+	}
+	a := x.call("fgrStateSave", ctx, w{}.u64(256).u8(1).u8(1))
+	n := binary.LittleEndian.Uint64(a[13:])
+	state := x.call("fgrStateGet", ctx, w{}.u64(0).u64(n).u8(1))[13:]
+	y := dialRaw(t, s, p)
+	y.call("fgrStatePut", 0, w{}.u64(0).u64(n).u8(1).u64(n).raw(string(state)))
+	if ok := y.call("fgrStateLoad", 0, w{}.u64(n).u64(256).u8(1).u8(1)); binary.LittleEndian.Uint32(ok[13:]) != 1 {
+		t.Fatalf("the state was not taken: %q", ok[26:])
+	}
+	if r := y.result("cuStreamSynchronize", ctx, w{}.u64(st)); r != invalidContext {
+		t.Errorf("the new executor answers the gone stream %d, want %d", r, invalidContext)
 	}
 }
 
