@@ -16,6 +16,10 @@
 int sim_initialized;
 static pthread_mutex_t ctx_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct sim_ctx *primary[SIM_MAX_DEVICES];
+/* A device's primary context while inactive (reset, or released by its
+ * last holder): its handle is the device's again once retained, as an
+ * H100's driver answers (scripts/gpu-e2e.sh simmodel); invalid meanwhile. */
+static struct sim_ctx *idle_primary[SIM_MAX_DEVICES];
 static int primary_refs[SIM_MAX_DEVICES];
 
 /* Per-thread context stack; cuCtxSetCurrent replaces its top. */
@@ -322,8 +326,10 @@ SIM_EXPORT CUresult cuDeviceGetPCIBusId(char *pciBusId, int len, CUdevice dev)
 
 static struct sim_ctx *new_ctx(int dev, int is_primary, unsigned flags)
 {
-    struct sim_ctx *c = calloc(1, sizeof *c);
-    if (!c)
+    struct sim_ctx *c = is_primary ? idle_primary[dev] : NULL;
+    if (c)
+        memset(c, 0, sizeof *c);
+    else if (!(c = calloc(1, sizeof *c)))
         return NULL;
     static unsigned long long next_id;
     c->magic = CTX_MAGIC;
@@ -333,10 +339,14 @@ static struct sim_ctx *new_ctx(int dev, int is_primary, unsigned flags)
     c->id = __atomic_add_fetch(&next_id, 1, __ATOMIC_RELAXED);
     /* A context takes device memory of its own, as on real GPUs. */
     if (sim->cfg.ctx_mem_bytes && sim_mem_reserve(dev, sim->cfg.ctx_mem_bytes) != 0) {
-        free(c);
+        c->magic = 0;
+        if (c != idle_primary[dev])
+            free(c);
         return NULL;
     }
     c->charged_bytes = sim->cfg.ctx_mem_bytes;
+    if (is_primary)
+        idle_primary[dev] = NULL;
     return c;
 }
 
@@ -352,7 +362,10 @@ static void free_ctx(struct sim_ctx *c, CUresult gone)
     if (c->charged_bytes)
         sim_mem_release(c->dev, c->charged_bytes);
     c->magic = 0;
-    free(c);
+    if (c->primary)
+        idle_primary[c->dev] = c;
+    else
+        free(c);
 }
 
 struct sim_ctx *sim_current_ctx(void) { return ctx_depth ? ctx_stack[ctx_depth - 1] : NULL; }

@@ -1445,15 +1445,29 @@ static struct shape *shape_of(const struct sim_graph *g)
 }
 
 /* Where topology b (hGraph's) differs from a (the executable's): the node
- * counts of a graph, a node's dependencies (paired in the order they were
- * added) or their edges' data, a node's kind. The node named is hGraph's;
- * none where a graph's node count differs, unless a child graph's (its
- * node then); an edge's other end where a dependency differs. */
+ * counts of a graph, then how many of its nodes depend on none (its first
+ * such node named: an H100's driver names a child graph's first node when
+ * its second no longer depends on it), then a node's dependencies (paired
+ * in the order they were added) or their edges' data, a node's kind. The
+ * node named is hGraph's; none where a graph's node count differs, unless
+ * a child graph's (its node then); an edge's other end where a dependency
+ * differs. */
 static CUgraphExecUpdateResult shape_diff(const struct shape *a, const struct shape *b, const struct sim_node *in,
                                           CUgraphExecUpdateResultInfo *info)
 {
     if (a->n != b->n) {
         info->errorNode = (CUgraphNode)in;
+        return CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
+    }
+    size_t roots = 0, first = b->n;
+    for (size_t i = 0; i < b->n; i++) {
+        roots += !a->nodes[i].ndeps;
+        roots -= !b->nodes[i].ndeps;
+        if (!b->nodes[i].ndeps && first == b->n)
+            first = i;
+    }
+    if (roots) {
+        info->errorNode = (CUgraphNode)b->nodes[first].node;
         return CU_GRAPH_EXEC_UPDATE_ERROR_TOPOLOGY_CHANGED;
     }
     for (size_t i = 0; i < b->n; i++) {
