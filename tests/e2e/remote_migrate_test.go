@@ -495,6 +495,11 @@ func TestRemoteGoneNamesMove(t *testing.T) {
 	e := newEnv(t)
 	s := e.serve("unix")
 	x := dialRaw(t, s, p)
+	// names before the context's, one of them free: a new executor would
+	// not mint the context's name for it by chance
+	g1 := handle(x.call("cuGraphCreate", 0, w{}.u64(0).u8(1)))
+	g2 := handle(x.call("cuGraphCreate", 0, w{}.u64(0).u8(1)))
+	x.call("cuGraphDestroy", 0, w{}.u64(g1))
 	ctx := handle(x.call("cuDevicePrimaryCtxRetain", 0, w{}.u64(0).u8(1)))
 	const st = 1<<46 | 0x1000 // streams are named by the client (a shadow name)
 	if r := x.result("cuStreamCreate", ctx, w{}.u64(1).u64(st)); r != 0 {
@@ -518,6 +523,15 @@ func TestRemoteGoneNamesMove(t *testing.T) {
 	}
 	if r := y.result("cuStreamSynchronize", ctx, w{}.u64(st)); r != invalidContext {
 		t.Errorf("the new executor answers the gone stream %d, want %d", r, invalidContext)
+	}
+	// the context retained again (the driver hands back its handle) keeps
+	// its name there, and so does the graph
+	if st2 := uint64(st + 0x10); y.result("cuStreamCreate", ctx, w{}.u64(1).u64(st2)) != 0 ||
+		y.result("cuStreamSynchronize", ctx, w{}.u64(st2)) != 0 {
+		t.Errorf("the new executor has no context of the name the program holds")
+	}
+	if r := y.result("cuGraphDestroy", 0, w{}.u64(g2)); r != 0 {
+		t.Errorf("the new executor answers the graph's name %d", r)
 	}
 }
 
