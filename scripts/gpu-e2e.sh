@@ -127,16 +127,22 @@ fi
 
 if want simmodel; then
 echo "== the simulated GPU's model against the real one"
+sim() { FLEXGV_SIM_STATE="$WORK/sim.state" LD_LIBRARY_PATH=build/sim "$@"; }
+# same WHAT NAME: WORK/NAME.real and WORK/NAME.sim, what a program printed
+# on the real GPU and on the simulated one, alike.
+same() {
+    if [ -s "$WORK/$2.real" ] && diff "$WORK/$2.real" "$WORK/$2.sim"; then
+        pass "$1: the simulated GPU prints what the real one does ($(wc -l <"$WORK/$2.real") lines)"
+    else
+        fail "$1: the simulated GPU differs from the real one (diff above: < real, > simulated)"
+    fi
+}
 # Host functions: what the program sees beyond order (the caller goes on,
 # later work waits, a graph's host node runs at each launch).
 if "$CUDA/bin/nvcc" -O2 -o "$WORK/hostfunc_async" scripts/gpu/hostfunc_async.cu; then
-    "$WORK/hostfunc_async" >"$WORK/hostasync_real.txt" 2>&1
-    FLEXGV_SIM_STATE="$WORK/sim.state" LD_LIBRARY_PATH=build/sim build/tests/hostfunc async >"$WORK/hostasync_sim.txt" 2>&1
-    if diff "$WORK/hostasync_real.txt" "$WORK/hostasync_sim.txt"; then
-        pass "host functions: the simulated GPU prints what the real one does ($(wc -l <"$WORK/hostasync_real.txt") lines)"
-    else
-        fail "host functions: the simulated GPU differs from the real one (diff above: < real, > simulated)"
-    fi
+    "$WORK/hostfunc_async" >"$WORK/hostasync.real" 2>&1
+    sim build/tests/hostfunc async >"$WORK/hostasync.sim" 2>&1
+    same "host functions" hostasync
 else
     fail "simmodel: nvcc build of hostfunc_async.cu"
 fi
@@ -144,24 +150,16 @@ fi
 # driver refuses, the node it names, what the executable then runs
 # (tests/clients/graphnodes, its fill kernel built for the real GPU).
 if "$CUDA/bin/nvcc" -cubin -arch=native -o "$WORK/fill.cubin" scripts/gpu/fill.cu; then
-    FLEXGV_TEST_FILL_IMAGE=$WORK/fill.cubin build/tests/graphnodes topology >"$WORK/topology_real.txt" 2>&1
-    FLEXGV_SIM_STATE="$WORK/sim.state" LD_LIBRARY_PATH=build/sim build/tests/graphnodes topology >"$WORK/topology_sim.txt" 2>&1
-    if diff "$WORK/topology_real.txt" "$WORK/topology_sim.txt"; then
-        pass "graph updates by topology: the simulated GPU answers what the real one does ($(wc -l <"$WORK/topology_real.txt") cases)"
-    else
-        fail "graph updates by topology: the simulated GPU differs from the real one (diff above: < real, > simulated)"
-    fi
+    FLEXGV_TEST_FILL_IMAGE=$WORK/fill.cubin build/tests/graphnodes topology >"$WORK/topology.real" 2>&1
+    sim build/tests/graphnodes topology >"$WORK/topology.sim" 2>&1
+    same "graph updates by topology" topology
 else
     fail "simmodel: nvcc build of fill.cu"
 fi
 # A primary context reset and retained again: its handle.
-real=$(build/tests/families primary 2>&1 | grep '^a primary context')
-sim=$(FLEXGV_SIM_STATE="$WORK/sim.state" LD_LIBRARY_PATH=build/sim build/tests/families primary 2>&1 | grep '^a primary context')
-if [ -n "$real" ] && [ "$real" = "$sim" ]; then
-    pass "primary context reset: the simulated GPU as the real one ($real)"
-else
-    fail "primary context reset: real '$real', simulated '$sim'"
-fi
+build/tests/families primary 2>&1 | grep '^a primary context' >"$WORK/primary.real"
+sim build/tests/families primary 2>&1 | grep '^a primary context' >"$WORK/primary.sim"
+same "primary context reset" primary
 fi
 
 if want hookmap; then

@@ -449,6 +449,24 @@ func (r *rawConn) call(name string, ctx uint64, args w) []byte {
 // u64 8, the name.
 func handle(a []byte) uint64 { return binary.LittleEndian.Uint64(a[13:]) }
 
+// stateMoved saves x's state (ctx current) and makes it again on a new
+// connection to s, which it returns.
+func stateMoved(t *testing.T, s *server, p protocol, x *rawConn, ctx uint64) *rawConn {
+	t.Helper()
+	a := x.call("fgrStateSave", ctx, w{}.u64(256).u8(1).u8(1))
+	n := binary.LittleEndian.Uint64(a[13:])
+	state := x.call("fgrStateGet", ctx, w{}.u64(0).u64(n).u8(1))[13:]
+	if uint64(len(state)) != n {
+		t.Fatalf("the state: %d bytes, want %d", len(state), n)
+	}
+	y := dialRaw(t, s, p)
+	y.call("fgrStatePut", 0, w{}.u64(0).u64(n).u8(1).u64(n).raw(string(state)))
+	if ok := y.call("fgrStateLoad", 0, w{}.u64(n).u64(256).u8(1).u8(1)); binary.LittleEndian.Uint32(ok[13:]) != 1 {
+		t.Fatalf("the state was not taken: %q", ok[26:])
+	}
+	return y
+}
+
 // A state made again on a new executor names what it makes next as the old
 // executor would have: what a failover's replay relies on for the handles
 // the program was given since the checkpoint. Names freed in one order are
@@ -465,17 +483,7 @@ func TestRemoteStateNamesAsBefore(t *testing.T) {
 	}
 	x.call("cuGraphDestroy", ctx, w{}.u64(g[0]))
 	x.call("cuGraphDestroy", ctx, w{}.u64(g[2]))
-	a := x.call("fgrStateSave", ctx, w{}.u64(256).u8(1).u8(1))
-	n := binary.LittleEndian.Uint64(a[13:])
-	state := x.call("fgrStateGet", ctx, w{}.u64(0).u64(n).u8(1))[13:]
-	if uint64(len(state)) != n {
-		t.Fatalf("the state: %d bytes, want %d", len(state), n)
-	}
-	y := dialRaw(t, s, p)
-	y.call("fgrStatePut", 0, w{}.u64(0).u64(n).u8(1).u64(n).raw(string(state)))
-	if ok := y.call("fgrStateLoad", 0, w{}.u64(n).u64(256).u8(1).u8(1)); binary.LittleEndian.Uint32(ok[13:]) != 1 {
-		t.Fatalf("the state was not taken: %q", ok[26:])
-	}
+	y := stateMoved(t, s, p, x, ctx)
 	for i := 0; i < 3; i++ {
 		nx := handle(x.call("cuGraphCreate", ctx, w{}.u64(0).u8(1)))
 		ny := handle(y.call("cuGraphCreate", ctx, w{}.u64(0).u8(1)))
@@ -513,14 +521,7 @@ func TestRemoteGoneNamesMove(t *testing.T) {
 	if r := x.result("cuStreamSynchronize", ctx, w{}.u64(st)); r != invalidContext {
 		t.Fatalf("the old executor answers the gone stream %d, want %d", r, invalidContext)
 	}
-	a := x.call("fgrStateSave", ctx, w{}.u64(256).u8(1).u8(1))
-	n := binary.LittleEndian.Uint64(a[13:])
-	state := x.call("fgrStateGet", ctx, w{}.u64(0).u64(n).u8(1))[13:]
-	y := dialRaw(t, s, p)
-	y.call("fgrStatePut", 0, w{}.u64(0).u64(n).u8(1).u64(n).raw(string(state)))
-	if ok := y.call("fgrStateLoad", 0, w{}.u64(n).u64(256).u8(1).u8(1)); binary.LittleEndian.Uint32(ok[13:]) != 1 {
-		t.Fatalf("the state was not taken: %q", ok[26:])
-	}
+	y := stateMoved(t, s, p, x, ctx)
 	if r := y.result("cuStreamSynchronize", ctx, w{}.u64(st)); r != invalidContext {
 		t.Errorf("the new executor answers the gone stream %d, want %d", r, invalidContext)
 	}
