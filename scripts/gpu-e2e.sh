@@ -160,6 +160,10 @@ fi
 build/tests/families primary 2>&1 | grep '^a primary context' >"$WORK/primary.real"
 sim build/tests/families primary 2>&1 | grep '^a primary context' >"$WORK/primary.sim"
 same "primary context reset" primary
+# A two-plane (NV12) array: its planes, their layouts and texels, refusals.
+build/tests/arrays planes >"$WORK/planes.real" 2>&1
+sim build/tests/arrays planes >"$WORK/planes.sim" 2>&1
+same "two-plane (NV12) arrays" planes
 fi
 
 if want hookmap; then

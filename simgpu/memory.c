@@ -1285,6 +1285,7 @@ struct sim_array {
     unsigned char *data; /* NULL for a mipmapped array */
     unsigned levels;      /* a mipmapped array's; 0 for an array */
     struct sim_array **level;
+    struct sim_array *plane[2]; /* a two-plane (NV12) array's, in its data */
     struct sim_array *next;
 };
 static struct sim_array *arrays;
@@ -1309,6 +1310,11 @@ void sim_array_free(void *a) { array_free(a); }
 
 static void array_free(struct sim_array *a)
 {
+    for (int p = 0; p < 2; p++)
+        if (a->plane[p]) {
+            array_unlink(a->plane[p]);
+            free(a->plane[p]);
+        }
     for (unsigned l = 0; l < a->levels; l++)
         if (a->level && a->level[l]) {
             array_unlink(a->level[l]);
@@ -1347,6 +1353,11 @@ int sim_array_known(const void *h, int mip, unsigned *flags)
 static int layout_ok(const CUDA_ARRAY3D_DESCRIPTOR *d)
 {
     unsigned known = CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_SURFACE_LDST | CUDA_ARRAY3D_CUBEMAP | CUDA_ARRAY3D_TEXTURE_GATHER;
+    /* NV12: three channels (Y, U, V) of a 2D array whose second plane
+     * halves both extents */
+    if (d->Format == CU_AD_FORMAT_NV12)
+        return d->NumChannels == 3 && d->Width && d->Height && !d->Depth && !(d->Width % 2) && !(d->Height % 2) &&
+               !(d->Flags & ~CUDA_ARRAY3D_SURFACE_LDST);
     if (!d->Width || !fg_format_bytes(d->Format) || (d->NumChannels != 1 && d->NumChannels != 2 && d->NumChannels != 4) ||
         (d->Flags & ~known))
         return 0;
@@ -1371,7 +1382,7 @@ static struct sim_array *array_new(const CUDA_ARRAY3D_DESCRIPTOR *d, int dev)
     a->magic = ARRAY_MAGIC;
     a->dev = dev;
     a->d = *d;
-    a->eb = fg_format_bytes(d->Format) * d->NumChannels;
+    a->eb = fg_format_bytes(d->Format) * d->NumChannels; /* 0 for NV12: copied by its planes */
     uint64_t n;
     if (!fg_array_bytes(d->Width, d->Height, d->Depth, d->Format, d->NumChannels, 1, &n) ||
         !(a->data = calloc(1, n ? n : 1))) {
@@ -1379,6 +1390,22 @@ static struct sim_array *array_new(const CUDA_ARRAY3D_DESCRIPTOR *d, int dev)
         return NULL;
     }
     a->bytes = n;
+    /* Its planes: the luma, a byte a texel, then the chroma, two bytes a
+     * texel of half the width and height. */
+    for (int p = 0; p < 2 && d->Format == CU_AD_FORMAT_NV12; p++) {
+        struct sim_array *pl = calloc(1, sizeof *pl);
+        if (!pl) {
+            free(a->plane[0]);
+            free(a->data);
+            free(a);
+            return NULL;
+        }
+        *pl = (struct sim_array){.magic = ARRAY_MAGIC, .dev = dev, .eb = p + 1u,
+                                 .d = {d->Width >> p, d->Height >> p, 0, CU_AD_FORMAT_UNSIGNED_INT8, p + 1u, d->Flags},
+                                 .data = a->data + (p ? d->Width * d->Height : 0)};
+        pl->bytes = pl->d.Width * pl->d.Height * pl->eb;
+        a->plane[p] = pl;
+    }
     return a;
 }
 
@@ -1388,7 +1415,7 @@ static CUresult array_create(void **out, const CUDA_ARRAY3D_DESCRIPTOR *d, unsig
     CUresult r = sim_check_ctx(&c);
     if (r)
         return r;
-    if (!out || !d || !layout_ok(d))
+    if (!out || !d || !layout_ok(d) || (mip && d->Format == CU_AD_FORMAT_NV12))
         return CUDA_ERROR_INVALID_VALUE;
     int layered = (d->Flags & (CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_CUBEMAP)) != 0;
     if (mip) {
@@ -1452,6 +1479,9 @@ static CUresult array_create(void **out, const CUDA_ARRAY3D_DESCRIPTOR *d, unsig
     array_link(a);
     for (unsigned l = 0; l < a->levels; l++)
         array_link(a->level[l]);
+    for (int p = 0; p < 2; p++)
+        if (a->plane[p])
+            array_link(a->plane[p]);
     pthread_mutex_unlock(&sim_mem_lock);
     *out = a;
     return CUDA_SUCCESS;
@@ -1535,6 +1565,24 @@ SIM_EXPORT CUresult cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedAr
     CUresult r = !a ? CUDA_ERROR_INVALID_HANDLE : level >= a->levels ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
     if (!r)
         *pLevelArray = (CUarray)a->level[level];
+    pthread_mutex_unlock(&sim_mem_lock);
+    return r;
+}
+
+/* A two-plane array's plane: the array a program copies that plane's
+ * texels through, its array's to free. */
+SIM_EXPORT CUresult cuArrayGetPlane(CUarray *pPlaneArray, CUarray h, unsigned int planeIdx)
+{
+    SIM_GATE();
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!pPlaneArray)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&sim_mem_lock);
+    struct sim_array *a = array_find(h, 0);
+    CUresult r = !a ? CUDA_ERROR_INVALID_HANDLE : planeIdx >= 2 || !a->plane[planeIdx] ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+    if (!r)
+        *pPlaneArray = (CUarray)a->plane[planeIdx];
     pthread_mutex_unlock(&sim_mem_lock);
     return r;
 }

@@ -1898,6 +1898,14 @@ __attribute__((weak)) SIM_EXPORT CUresult cuMipmappedArrayGetLevel(CUarray *pLev
     return CUDA_ERROR_NOT_SUPPORTED;
 }
 
+__attribute__((weak)) SIM_EXPORT CUresult cuArrayGetPlane(CUarray *pPlaneArray, CUarray hArray, unsigned int planeIdx)
+{
+    (void)pPlaneArray;
+    (void)hArray;
+    (void)planeIdx;
+    return CUDA_ERROR_NOT_SUPPORTED;
+}
+
 __attribute__((weak)) SIM_EXPORT CUresult cuTexObjectCreate(CUtexObject *pTexObject, const CUDA_RESOURCE_DESC *pResDesc, const CUDA_TEXTURE_DESC *pTexDesc, const CUDA_RESOURCE_VIEW_DESC *pResViewDesc)
 {
     (void)pTexObject;
@@ -4016,6 +4024,7 @@ const struct fg_proc sim_procs[] = {
     {"cuArrayGetDescriptor", "cuArrayGetDescriptor_v2", 3020, 0, (void *)cuArrayGetDescriptor_v2},
     {"cuArray3DGetDescriptor", "cuArray3DGetDescriptor_v2", 3020, 0, (void *)cuArray3DGetDescriptor_v2},
     {"cuMipmappedArrayGetLevel", "cuMipmappedArrayGetLevel", 5000, 0, (void *)cuMipmappedArrayGetLevel},
+    {"cuArrayGetPlane", "cuArrayGetPlane", 11020, 0, (void *)cuArrayGetPlane},
     {"cuTexObjectCreate", "cuTexObjectCreate", 5000, 0, (void *)cuTexObjectCreate},
     {"cuTexObjectDestroy", "cuTexObjectDestroy", 5000, 0, (void *)cuTexObjectDestroy},
     {"cuTexObjectGetResourceDesc", "cuTexObjectGetResourceDesc", 5000, 0, (void *)cuTexObjectGetResourceDesc},

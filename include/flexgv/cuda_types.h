@@ -525,7 +525,8 @@ typedef enum CUarray_format_enum {
     CU_AD_FORMAT_SIGNED_INT16 = 0x09,
     CU_AD_FORMAT_SIGNED_INT32 = 0x0a,
     CU_AD_FORMAT_HALF = 0x10,
-    CU_AD_FORMAT_FLOAT = 0x20
+    CU_AD_FORMAT_FLOAT = 0x20,
+    CU_AD_FORMAT_NV12 = 0xb0 /* 8-bit 4:2:0 YUV in two planes (cuArrayGetPlane) */
 } CUarray_format;
 
 typedef struct CUDA_ARRAY_DESCRIPTOR_st {

@@ -28,22 +28,25 @@ static inline uint64_t fg_format_bytes(CUarray_format f)
     case CU_AD_FORMAT_UNSIGNED_INT32:
     case CU_AD_FORMAT_SIGNED_INT32:
     case CU_AD_FORMAT_FLOAT: return 4;
+    case CU_AD_FORMAT_NV12: return 0; /* planar: no one element size */
     }
     return 0;
 }
 
 /* Texel bytes of an array with `levels` mip levels (each halving every
  * extent that is above 1; a 0 height or depth means a lower dimension) into
- * *out; 0 when the size does not fit in 64 bits. */
+ * *out; 0 when the size does not fit in 64 bits. An NV12 array holds a byte
+ * a texel, then its second plane half as many. */
 static inline int fg_array_bytes(size_t w, size_t h, size_t d, CUarray_format f, unsigned channels, unsigned levels,
                                  uint64_t *out)
 {
-    uint64_t total = 0, eb = fg_format_bytes(f) * channels;
+    int nv12 = f == CU_AD_FORMAT_NV12;
+    uint64_t total = 0, eb = nv12 ? 1 : fg_format_bytes(f) * channels;
     for (unsigned l = 0; l < (levels ? levels : 1); l++) {
         uint64_t n;
         if (__builtin_mul_overflow((uint64_t)w, (uint64_t)(h ? h : 1), &n) ||
             __builtin_mul_overflow(n, (uint64_t)(d ? d : 1), &n) || __builtin_mul_overflow(n, eb, &n) ||
-            __builtin_add_overflow(total, n, &total))
+            (nv12 && __builtin_add_overflow(n, n / 2, &n)) || __builtin_add_overflow(total, n, &total))
             return 0;
         w = w > 1 ? w / 2 : 1;
         h = h > 1 ? h / 2 : h;

@@ -3203,6 +3203,22 @@ FGR_EXPORT CUresult cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedAr
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult cuArrayGetPlane(CUarray *pPlaneArray, CUarray hArray, unsigned int planeIdx)
+{
+    CUresult fgr_r;
+    uint64_t n_pPlaneArray = pPlaneArray ? sizeof(CUarray) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_cuArrayGetPlane, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(uintptr_t)hArray);
+    fgr_put_u64(&fgr_c.w, (uint64_t)planeIdx);
+    fgr_put_u8(&fgr_c.w, pPlaneArray != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, pPlaneArray, n_pPlaneArray, 0);
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult cuTexObjectCreate(CUtexObject *pTexObject, const CUDA_RESOURCE_DESC *pResDesc, const CUDA_TEXTURE_DESC *pTexDesc, const CUDA_RESOURCE_VIEW_DESC *pResViewDesc)
 {
     CUresult fgr_r;
@@ -7723,32 +7739,27 @@ FGR_EXPORT CUresult cuMemBatchDecompressAsync(void)
 
 FGR_EXPORT CUresult cuArrayGetMemoryRequirements(void)
 {
-    return fgr_unsupported(132, "cuArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
-}
-
-FGR_EXPORT CUresult cuArrayGetPlane(void)
-{
-    return fgr_unsupported(133, "cuArrayGetPlane", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(132, "cuArrayGetMemoryRequirements", "sparse and deferred-mapping CUDA arrays are not carried yet: dense and two-plane (NV12) arrays are");
 }
 
 FGR_EXPORT CUresult cuArrayGetSparseProperties(void)
 {
-    return fgr_unsupported(134, "cuArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(133, "cuArrayGetSparseProperties", "sparse and deferred-mapping CUDA arrays are not carried yet: dense and two-plane (NV12) arrays are");
 }
 
 FGR_EXPORT CUresult cuMipmappedArrayGetMemoryRequirements(void)
 {
-    return fgr_unsupported(135, "cuMipmappedArrayGetMemoryRequirements", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(134, "cuMipmappedArrayGetMemoryRequirements", "sparse and deferred-mapping CUDA arrays are not carried yet: dense and two-plane (NV12) arrays are");
 }
 
 FGR_EXPORT CUresult cuMipmappedArrayGetSparseProperties(void)
 {
-    return fgr_unsupported(136, "cuMipmappedArrayGetSparseProperties", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(135, "cuMipmappedArrayGetSparseProperties", "sparse and deferred-mapping CUDA arrays are not carried yet: dense and two-plane (NV12) arrays are");
 }
 
 FGR_EXPORT CUresult cuMemMapArrayAsync(void)
 {
-    return fgr_unsupported(137, "cuMemMapArrayAsync", "sparse and multi-planar CUDA arrays are not carried yet: dense arrays are");
+    return fgr_unsupported(136, "cuMemMapArrayAsync", "sparse and deferred-mapping CUDA arrays are not carried yet: dense and two-plane (NV12) arrays are");
 }
 
 FGR_EXPORT CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType type, CUmemoryPool pool)
@@ -7766,7 +7777,7 @@ FGR_EXPORT CUresult cuMemSetMemPool(CUmemLocation *location, CUmemAllocationType
     return fgr_end(&fgr_c);
 }
 
-const int fgr_nunsupported = 138;
+const int fgr_nunsupported = 137;
 
 /* Each operation's entry point, for FLEXGV_REMOTE_LOG. */
 const char *const fgr_op_names[FGR_NUM_OPS] = {
@@ -7960,6 +7971,7 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_cuArrayGetDescriptor_v2] = "cuArrayGetDescriptor_v2",
     [FGR_OP_cuArray3DGetDescriptor_v2] = "cuArray3DGetDescriptor_v2",
     [FGR_OP_cuMipmappedArrayGetLevel] = "cuMipmappedArrayGetLevel",
+    [FGR_OP_cuArrayGetPlane] = "cuArrayGetPlane",
     [FGR_OP_cuTexObjectCreate] = "cuTexObjectCreate",
     [FGR_OP_cuTexObjectDestroy] = "cuTexObjectDestroy",
     [FGR_OP_cuTexObjectGetResourceDesc] = "cuTexObjectGetResourceDesc",
@@ -8504,6 +8516,7 @@ const struct fg_proc fgr_procs[] = {
     {"cuArrayGetDescriptor", "cuArrayGetDescriptor_v2", 3020, 0, (void *)cuArrayGetDescriptor_v2},
     {"cuArray3DGetDescriptor", "cuArray3DGetDescriptor_v2", 3020, 0, (void *)cuArray3DGetDescriptor_v2},
     {"cuMipmappedArrayGetLevel", "cuMipmappedArrayGetLevel", 5000, 0, (void *)cuMipmappedArrayGetLevel},
+    {"cuArrayGetPlane", "cuArrayGetPlane", 11020, 0, (void *)cuArrayGetPlane},
     {"cuTexObjectCreate", "cuTexObjectCreate", 5000, 0, (void *)cuTexObjectCreate},
     {"cuTexObjectDestroy", "cuTexObjectDestroy", 5000, 0, (void *)cuTexObjectDestroy},
     {"cuTexObjectGetResourceDesc", "cuTexObjectGetResourceDesc", 5000, 0, (void *)cuTexObjectGetResourceDesc},
@@ -8924,7 +8937,6 @@ const struct fg_proc fgr_procs[] = {
     {"cuMemDiscardAndPrefetchBatchAsync", "cuMemDiscardAndPrefetchBatchAsync", 13000, 0, (void *)cuMemDiscardAndPrefetchBatchAsync},
     {"cuMemBatchDecompressAsync", "cuMemBatchDecompressAsync", 12060, 0, (void *)cuMemBatchDecompressAsync},
     {"cuArrayGetMemoryRequirements", "cuArrayGetMemoryRequirements", 11060, 0, (void *)cuArrayGetMemoryRequirements},
-    {"cuArrayGetPlane", "cuArrayGetPlane", 11020, 0, (void *)cuArrayGetPlane},
     {"cuArrayGetSparseProperties", "cuArrayGetSparseProperties", 11010, 0, (void *)cuArrayGetSparseProperties},
     {"cuMipmappedArrayGetMemoryRequirements", "cuMipmappedArrayGetMemoryRequirements", 11060, 0, (void *)cuMipmappedArrayGetMemoryRequirements},
     {"cuMipmappedArrayGetSparseProperties", "cuMipmappedArrayGetSparseProperties", 11010, 0, (void *)cuMipmappedArrayGetSparseProperties},

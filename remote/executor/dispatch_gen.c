@@ -191,6 +191,7 @@ typedef CUresult (*pfn_cuMemGetAccess)(unsigned long long *flags, const CUmemLoc
 typedef CUresult (*pfn_cuArrayGetDescriptor_v2)(CUDA_ARRAY_DESCRIPTOR *pArrayDescriptor, CUarray hArray);
 typedef CUresult (*pfn_cuArray3DGetDescriptor_v2)(CUDA_ARRAY3D_DESCRIPTOR *pArrayDescriptor, CUarray hArray);
 typedef CUresult (*pfn_cuMipmappedArrayGetLevel)(CUarray *pLevelArray, CUmipmappedArray hMipmappedArray, unsigned int level);
+typedef CUresult (*pfn_cuArrayGetPlane)(CUarray *pPlaneArray, CUarray hArray, unsigned int planeIdx);
 typedef CUresult (*pfn_cuTexObjectCreate)(CUtexObject *pTexObject, const CUDA_RESOURCE_DESC *pResDesc, const CUDA_TEXTURE_DESC *pTexDesc, const CUDA_RESOURCE_VIEW_DESC *pResViewDesc);
 typedef CUresult (*pfn_cuTexObjectDestroy)(CUtexObject texObject);
 typedef CUresult (*pfn_cuTexObjectGetResourceDesc)(CUDA_RESOURCE_DESC *pResDesc, CUtexObject texObject);
@@ -4381,6 +4382,33 @@ static CUresult op_cuMipmappedArrayGetLevel(struct fgr_rd *rd, struct fgr_req *q
     }
     if (has_pLevelArray)
         fgr_reply_out(q, pLevelArray, sizeof(CUarray), 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_cuArrayGetPlane(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUarray hArray = (CUarray)(uintptr_t)fgr_in(FGR_H_CUarray, fgr_get_u64(rd));
+    unsigned int planeIdx = (unsigned int)fgr_get_u64(rd);
+    int has_pPlaneArray = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    CUarray *pPlaneArray = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(fgr_has(FGR_H_CUarray, (uint64_t)(uintptr_t)hArray)))
+        fgr_r = fgr_refuse("cuArrayGetPlane", "hArray", (uint64_t)(uintptr_t)hArray, CUDA_ERROR_INVALID_HANDLE);
+    if (fgr_r == CUDA_SUCCESS && has_pPlaneArray && !(pPlaneArray = fgr_out(q, sizeof(CUarray))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_cuArrayGetPlane)fgr_real[FGR_OP_cuArrayGetPlane])(pPlaneArray, hArray, planeIdx);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (pPlaneArray)
+            fgr_add(FGR_H_CUarray, (uint64_t)(uintptr_t)*pPlaneArray, FGR_H_CUarray, (uint64_t)(uintptr_t)hArray);
+        if (fgr_out_n(FGR_H_CUarray, pPlaneArray, 1) != 0)
+            fgr_r = CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    if (has_pPlaneArray)
+        fgr_reply_out(q, pPlaneArray, sizeof(CUarray), 0, fgr_r);
     return fgr_r;
 }
 
@@ -9744,6 +9772,7 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_cuArrayGetDescriptor_v2] = {"cuArrayGetDescriptor_v2", op_cuArrayGetDescriptor_v2, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuArray3DGetDescriptor_v2] = {"cuArray3DGetDescriptor_v2", op_cuArray3DGetDescriptor_v2, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuMipmappedArrayGetLevel] = {"cuMipmappedArrayGetLevel", op_cuMipmappedArrayGetLevel, 0, FGR_SMALL_FRAME},
+    [FGR_OP_cuArrayGetPlane] = {"cuArrayGetPlane", op_cuArrayGetPlane, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuTexObjectCreate] = {"cuTexObjectCreate", op_cuTexObjectCreate, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuTexObjectDestroy] = {"cuTexObjectDestroy", op_cuTexObjectDestroy, 0, FGR_SMALL_FRAME},
     [FGR_OP_cuTexObjectGetResourceDesc] = {"cuTexObjectGetResourceDesc", op_cuTexObjectGetResourceDesc, 0, FGR_SMALL_FRAME},

@@ -73,6 +73,8 @@ typedef CUresult (CUDAAPI *fg_sig_cuArray3DGetDescriptor_v2)(CUDA_ARRAY3D_DESCRI
 SAME(fg_sig_cuArray3DGetDescriptor_v2, PFN_cuArray3DGetDescriptor_v3020);
 typedef CUresult (CUDAAPI *fg_sig_cuMipmappedArrayGetLevel)(CUarray *pLevelArray, CUmipmappedArray hMipmappedArray, unsigned int level);
 SAME(fg_sig_cuMipmappedArrayGetLevel, PFN_cuMipmappedArrayGetLevel_v5000);
+typedef CUresult (CUDAAPI *fg_sig_cuArrayGetPlane)(CUarray *pPlaneArray, CUarray hArray, unsigned int planeIdx);
+SAME(fg_sig_cuArrayGetPlane, PFN_cuArrayGetPlane_v11020);
 typedef CUresult (CUDAAPI *fg_sig_cuTexObjectCreate)(CUtexObject *pTexObject, const CUDA_RESOURCE_DESC *pResDesc, const CUDA_TEXTURE_DESC *pTexDesc, const CUDA_RESOURCE_VIEW_DESC *pResViewDesc);
 SAME(fg_sig_cuTexObjectCreate, PFN_cuTexObjectCreate_v5000);
 typedef CUresult (CUDAAPI *fg_sig_cuTexObjectDestroy)(CUtexObject texObject);

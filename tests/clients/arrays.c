@@ -10,7 +10,10 @@
  *   arrays use A T WHAT tries WHAT (copy, desc, texdesc, texdestroy, texon:
  *                       with array A or texture object T, another
  *                       process's; past: a copy past its own array's end),
- *                       then shows its own copies still work */
+ *                       then shows its own copies still work
+ *   arrays planes       a two-plane (NV12) array: its planes' arrays and
+ *                       layouts, texels through each, refusals (no kernel:
+ *                       runs on a real GPU too) */
 #include "common.h"
 
 #include <stdint.h>
@@ -143,8 +146,90 @@ static int use(const char *as, const char *ts, const char *what)
     return 0;
 }
 
+static void show_desc(const char *what, CUarray a)
+{
+    CUDA_ARRAY3D_DESCRIPTOR d;
+    CUresult r = cuArray3DGetDescriptor_v2(&d, a);
+    if (r)
+        printf("%s: %s\n", what, result_name(r));
+    else
+        printf("%s: %zux%zux%zu format %d channels %u flags %u\n", what, d.Width, d.Height, d.Depth, (int)d.Format,
+               d.NumChannels, d.Flags);
+}
+
+/* One plane's texels written from the host and read back: the same? */
+static int plane_round_trip(CUarray p, size_t row, size_t rows, unsigned seed, uint32_t *hash)
+{
+    unsigned char in[64 * 32], out[64 * 32];
+    fill(in, row * rows, seed);
+    memset(out, 0, sizeof out);
+    CUDA_MEMCPY2D m = {0};
+    m.srcMemoryType = CU_MEMORYTYPE_HOST, m.srcHost = in, m.srcPitch = row;
+    m.dstMemoryType = CU_MEMORYTYPE_ARRAY, m.dstArray = p;
+    m.WidthInBytes = row, m.Height = rows;
+    CHECK(cuMemcpy2D_v2(&m));
+    CUDA_MEMCPY2D b = {0};
+    b.srcMemoryType = CU_MEMORYTYPE_ARRAY, b.srcArray = p;
+    b.dstMemoryType = CU_MEMORYTYPE_HOST, b.dstHost = out, b.dstPitch = row;
+    b.WidthInBytes = row, b.Height = rows;
+    CHECK(cuMemcpy2D_v2(&b));
+    *hash = fnv(out, row * rows);
+    return !memcmp(in, out, row * rows);
+}
+
+static int planes(void)
+{
+    primary_context();
+    CUDA_ARRAY3D_DESCRIPTOR d = {64, 32, 0, CU_AD_FORMAT_NV12, 3, 0};
+    CUarray a, p[2], q;
+    CUresult r = cuArray3DCreate_v2(&a, &d);
+    printf("nv12 64x32 of 3 channels: %s\n", result_name(r));
+    if (r)
+        return 0;
+    show_desc("the array", a);
+    for (unsigned i = 0; i < 2; i++) {
+        char what[16];
+        CHECK(cuArrayGetPlane(&p[i], a, i));
+        snprintf(what, sizeof what, "plane %u", i);
+        show_desc(what, p[i]);
+    }
+    printf("plane 2: %s\n", result_name(cuArrayGetPlane(&q, a, 2)));
+    CHECK(cuArrayGetPlane(&q, a, 0));
+    printf("plane 0 again: %s\n", q == p[0] ? "the same array" : "another array");
+    uint32_t h0, h1;
+    int ok0 = plane_round_trip(p[0], 64, 32, 1, &h0), ok1 = plane_round_trip(p[1], 64, 16, 2, &h1);
+    printf("luma: %s, hash %08x; chroma: %s, hash %08x\n", ok0 ? "same" : "differs", h0, ok1 ? "same" : "differs", h1);
+    /* the luma still holds its texels once the chroma is written */
+    unsigned char in[64 * 32], out[64 * 32];
+    fill(in, sizeof in, 1);
+    CUDA_MEMCPY2D b = {0};
+    b.srcMemoryType = CU_MEMORYTYPE_ARRAY, b.srcArray = p[0];
+    b.dstMemoryType = CU_MEMORYTYPE_HOST, b.dstHost = out, b.dstPitch = 64;
+    b.WidthInBytes = 64, b.Height = 32;
+    CHECK(cuMemcpy2D_v2(&b));
+    printf("luma after the chroma: %s\n", memcmp(in, out, sizeof in) ? "differs" : "same");
+    b.srcArray = p[1], b.Height = 17;
+    printf("chroma past its 16 rows: %s\n", result_name(cuMemcpy2D_v2(&b)));
+    CUDA_ARRAY_DESCRIPTOR pd = {16, 16, CU_AD_FORMAT_UNSIGNED_INT8, 1};
+    CUarray plain;
+    CHECK(cuArrayCreate_v2(&plain, &pd));
+    printf("a plane of a one-plane array: %s\n", result_name(cuArrayGetPlane(&q, plain, 0)));
+    CHECK(cuArrayDestroy(plain));
+    d.NumChannels = 1;
+    printf("nv12 of 1 channel: %s\n", result_name(cuArray3DCreate_v2(&q, &d)));
+    d.NumChannels = 3, d.Width = 63;
+    printf("nv12 63 wide: %s\n", result_name(cuArray3DCreate_v2(&q, &d)));
+    d.Width = 64, d.Depth = 2;
+    printf("nv12 of depth 2: %s\n", result_name(cuArray3DCreate_v2(&q, &d)));
+    CHECK(cuArrayDestroy(a));
+    show_desc("a plane after its array", p[1]);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc > 1 && !strcmp(argv[1], "planes"))
+        return planes();
     if (argc > 1 && !strcmp(argv[1], "hold"))
         return hold();
     if (argc > 4 && !strcmp(argv[1], "use"))

@@ -50,7 +50,7 @@ func TestEveryAllocationPathIsCharged(t *testing.T) {
 	e := quotaEnv(t)
 	r := e.run("flexgv", "run", "--mem", "4GiB", "--", bin("memclient"), "paths")
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if r.code != 0 || len(lines) != 25 {
+	if r.code != 0 || len(lines) != 26 {
 		t.Fatalf("exit %d, %d checks:\n%s%s", r.code, len(lines), r.stdout, r.stderr)
 	}
 	for _, l := range lines {

@@ -103,3 +103,25 @@ arrays: ok
 		t.Errorf("exit %d\n%s%s\nwant\n%s", r.code, r.stdout, r.stderr, want)
 	}
 }
+
+// A two-plane (NV12) array hands out each plane as an array of its own
+// (the luma a byte a texel, the chroma two of half the width and height),
+// the same one each time, whose texels copies write and read; a third
+// plane, a plane of a one-plane array and NV12 layouts the driver does not
+// make are refused. Remotely as locally over every transport (refused
+// there as not carried before).
+func TestRemoteTwoPlaneArrays(t *testing.T) {
+	e := newEnv(t)
+	local := e.run("arrays", "planes")
+	for _, want := range []string{
+		"the array: 64x32x0 format 176 channels 3 flags 0\n",
+		"plane 0: 64x32x0 format 1 channels 1 flags 0\nplane 1: 32x16x0 format 1 channels 2 flags 0\nplane 2: CUDA_ERROR_INVALID_VALUE\nplane 0 again: the same array\n",
+		"luma: same, hash 64d313c5; chroma: same, hash 6a2c1ec5\nluma after the chroma: same\nchroma past its 16 rows: CUDA_ERROR_INVALID_VALUE\n",
+		"a plane of a one-plane array: CUDA_ERROR_INVALID_VALUE\n",
+	} {
+		if local.code != 0 || !strings.Contains(local.stdout, want) {
+			t.Fatalf("locally: exit %d, no %q in\n%s%s", local.code, want, local.stdout, local.stderr)
+		}
+	}
+	printsAsLocally(t, local, []string{"arrays", "planes"}, "unix", "shm", "tcp")
+}
