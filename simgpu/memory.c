@@ -1353,11 +1353,13 @@ int sim_array_known(const void *h, int mip, unsigned *flags)
 static int layout_ok(const CUDA_ARRAY3D_DESCRIPTOR *d)
 {
     unsigned known = CUDA_ARRAY3D_LAYERED | CUDA_ARRAY3D_SURFACE_LDST | CUDA_ARRAY3D_CUBEMAP | CUDA_ARRAY3D_TEXTURE_GATHER;
-    /* NV12: three channels (Y, U, V) of a 2D array whose second plane
-     * halves both extents */
+    /* NV12: three channels (Y, U, V) of a 2D array for the video engines,
+     * whose second plane halves both extents (an H100's driver refuses one
+     * without CUDA_ARRAY3D_VIDEO_ENCODE_DECODE) */
     if (d->Format == CU_AD_FORMAT_NV12)
         return d->NumChannels == 3 && d->Width && d->Height && !d->Depth && !(d->Width % 2) && !(d->Height % 2) &&
-               !(d->Flags & ~CUDA_ARRAY3D_SURFACE_LDST);
+               (d->Flags & CUDA_ARRAY3D_VIDEO_ENCODE_DECODE) &&
+               !(d->Flags & ~(CUDA_ARRAY3D_SURFACE_LDST | CUDA_ARRAY3D_VIDEO_ENCODE_DECODE));
     if (!d->Width || !fg_format_bytes(d->Format) || (d->NumChannels != 1 && d->NumChannels != 2 && d->NumChannels != 4) ||
         (d->Flags & ~known))
         return 0;

@@ -550,6 +550,7 @@ typedef struct CUDA_ARRAY3D_DESCRIPTOR_st {
 #define CUDA_ARRAY3D_SURFACE_LDST 0x02
 #define CUDA_ARRAY3D_CUBEMAP 0x04
 #define CUDA_ARRAY3D_TEXTURE_GATHER 0x08
+#define CUDA_ARRAY3D_VIDEO_ENCODE_DECODE 0x100 /* for the video engines: NV12 arrays need it */
 
 /* Texture and surface objects: 64-bit values a kernel reads. */
 typedef unsigned long long CUtexObject;

@@ -182,8 +182,10 @@ static int planes(void)
     primary_context();
     CUDA_ARRAY3D_DESCRIPTOR d = {64, 32, 0, CU_AD_FORMAT_NV12, 3, 0};
     CUarray a, p[2], q;
+    printf("nv12 64x32 of 3 channels, not for video: %s\n", result_name(cuArray3DCreate_v2(&a, &d)));
+    d.Flags = CUDA_ARRAY3D_VIDEO_ENCODE_DECODE;
     CUresult r = cuArray3DCreate_v2(&a, &d);
-    printf("nv12 64x32 of 3 channels: %s\n", result_name(r));
+    printf("nv12 64x32 of 3 channels for video: %s\n", result_name(r));
     if (r)
         return 0;
     show_desc("the array", a);

@@ -175,7 +175,7 @@ static void paths(void)
     expect_used("cuMipmappedArrayCreate charges every level", base + 17 * MiB + 2 * MiB);
     /* a two-plane (NV12) array: its luma and its half-size chroma */
     CUarray nv;
-    CUDA_ARRAY3D_DESCRIPTOR dn = {2048, 2048, 0, CU_AD_FORMAT_NV12, 3, 0};
+    CUDA_ARRAY3D_DESCRIPTOR dn = {2048, 2048, 0, CU_AD_FORMAT_NV12, 3, CUDA_ARRAY3D_VIDEO_ENCODE_DECODE};
     CHECK(cuArray3DCreate_v2(&nv, &dn));
     expect_used("an NV12 array charges both planes", base + 17 * MiB + 2 * MiB + 6 * MiB);
     CHECK(cuArrayDestroy(nv));
