@@ -39,6 +39,7 @@ CLIENTS  += forker
 CLIENTS  += nvmlclient
 CLIENTS  += nvmlremote
 CLIENTS  += nocuda
+CLIENTS  += hostcopy
 CLIENTS  += launchloop
 CLIENTS  += nextlib_user
 CLIENTS  += hookmap

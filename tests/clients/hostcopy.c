@@ -1,0 +1,59 @@
+/* What a program gets from an anonymous private mapping asked populated
+ * (MAP_POPULATE), as the driver's checkpoint makes its host copy: whether
+ * it is resident, zeroed and writable, and how much of it lies on huge
+ * pages (from /proc/self/smaps); and from one not asked populated.
+ *   hostcopy MIB */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+/* Rss and AnonHugePages (KiB) of the mapping that starts at p. */
+static void sizes(void *p, long *rss, long *huge)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    char line[256];
+    int in = 0;
+    *rss = *huge = -1;
+    while (f && fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+            in = lo == (unsigned long)p;
+            continue;
+        }
+        if (in && !strncmp(line, "Rss:", 4))
+            *rss = atol(line + 4);
+        if (in && !strncmp(line, "AnonHugePages:", 14))
+            *huge = atol(line + 14);
+    }
+    if (f)
+        fclose(f);
+}
+
+static void show(const char *what, size_t n, int flags)
+{
+    unsigned char *p = mmap(NULL, n, PROT_READ | PROT_WRITE, flags, -1, 0);
+    if (p == MAP_FAILED) {
+        printf("%s: mmap failed\n", what);
+        return;
+    }
+    long rss, huge;
+    sizes(p, &rss, &huge);
+    int zero = 1;
+    for (size_t i = 0; i < n; i += 4096)
+        zero &= p[i] == 0 && p[i + 4095] == 0;
+    p[n - 1] = 7;
+    printf("%s: resident %s, zeroed %s, writable %s, huge pages %s\n", what,
+           rss * 1024 >= (long)n ? "all" : rss > 0 ? "part" : "none", zero ? "yes" : "no", p[n - 1] == 7 ? "yes" : "no",
+           huge > 0 ? "some" : "none");
+    munmap(p, n);
+}
+
+int main(int argc, char **argv)
+{
+    size_t n = (size_t)(argc > 1 ? atol(argv[1]) : 256) << 20;
+    show("asked populated", n, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE);
+    show("not asked", n, MAP_PRIVATE | MAP_ANONYMOUS);
+    return 0;
+}
