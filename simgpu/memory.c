@@ -1555,20 +1555,26 @@ SIM_EXPORT CUresult cuArrayGetDescriptor_v2(CUDA_ARRAY_DESCRIPTOR *out, CUarray 
     return r;
 }
 
+/* Part i of array h: a mipmapped array's level (mip), else a plane. */
+static CUresult array_part(CUarray *out, const void *h, int mip, unsigned i)
+{
+    if (!sim_initialized)
+        return CUDA_ERROR_NOT_INITIALIZED;
+    if (!out)
+        return CUDA_ERROR_INVALID_VALUE;
+    pthread_mutex_lock(&sim_mem_lock);
+    struct sim_array *a = array_find(h, mip);
+    struct sim_array *part = !a ? NULL : mip ? (i < a->levels ? a->level[i] : NULL) : i < 2 ? a->plane[i] : NULL;
+    if (part)
+        *out = (CUarray)part;
+    pthread_mutex_unlock(&sim_mem_lock);
+    return !a ? CUDA_ERROR_INVALID_HANDLE : !part ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
+}
+
 SIM_EXPORT CUresult cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedArray h, unsigned int level)
 {
     SIM_GATE();
-    if (!sim_initialized)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (!pLevelArray)
-        return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&sim_mem_lock);
-    struct sim_array *a = array_find(h, 1);
-    CUresult r = !a ? CUDA_ERROR_INVALID_HANDLE : level >= a->levels ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
-    if (!r)
-        *pLevelArray = (CUarray)a->level[level];
-    pthread_mutex_unlock(&sim_mem_lock);
-    return r;
+    return array_part(pLevelArray, h, 1, level);
 }
 
 /* A two-plane array's plane: the array a program copies that plane's
@@ -1576,17 +1582,7 @@ SIM_EXPORT CUresult cuMipmappedArrayGetLevel(CUarray *pLevelArray, CUmipmappedAr
 SIM_EXPORT CUresult cuArrayGetPlane(CUarray *pPlaneArray, CUarray h, unsigned int planeIdx)
 {
     SIM_GATE();
-    if (!sim_initialized)
-        return CUDA_ERROR_NOT_INITIALIZED;
-    if (!pPlaneArray)
-        return CUDA_ERROR_INVALID_VALUE;
-    pthread_mutex_lock(&sim_mem_lock);
-    struct sim_array *a = array_find(h, 0);
-    CUresult r = !a ? CUDA_ERROR_INVALID_HANDLE : planeIdx >= 2 || !a->plane[planeIdx] ? CUDA_ERROR_INVALID_VALUE : CUDA_SUCCESS;
-    if (!r)
-        *pPlaneArray = (CUarray)a->plane[planeIdx];
-    pthread_mutex_unlock(&sim_mem_lock);
-    return r;
+    return array_part(pPlaneArray, h, 0, planeIdx);
 }
 
 /* ---- copies and sets ---- */
