@@ -146,33 +146,18 @@ static int use(const char *as, const char *ts, const char *what)
     return 0;
 }
 
-static void show_desc(const char *what, CUarray a)
-{
-    CUDA_ARRAY3D_DESCRIPTOR d;
-    CUresult r = cuArray3DGetDescriptor_v2(&d, a);
-    if (r)
-        printf("%s: %s\n", what, result_name(r));
-    else
-        printf("%s: %zux%zux%zu format %d channels %u flags %u\n", what, d.Width, d.Height, d.Depth, (int)d.Format,
-               d.NumChannels, d.Flags);
-}
-
 /* One plane's texels written from the host and read back: the same? */
 static int plane_round_trip(CUarray p, size_t row, size_t rows, unsigned seed, uint32_t *hash)
 {
     unsigned char in[64 * 32], out[64 * 32];
     fill(in, row * rows, seed);
     memset(out, 0, sizeof out);
-    CUDA_MEMCPY2D m = {0};
-    m.srcMemoryType = CU_MEMORYTYPE_HOST, m.srcHost = in, m.srcPitch = row;
-    m.dstMemoryType = CU_MEMORYTYPE_ARRAY, m.dstArray = p;
-    m.WidthInBytes = row, m.Height = rows;
-    CHECK(cuMemcpy2D_v2(&m));
-    CUDA_MEMCPY2D b = {0};
-    b.srcMemoryType = CU_MEMORYTYPE_ARRAY, b.srcArray = p;
-    b.dstMemoryType = CU_MEMORYTYPE_HOST, b.dstHost = out, b.dstPitch = row;
-    b.WidthInBytes = row, b.Height = rows;
-    CHECK(cuMemcpy2D_v2(&b));
+    CUDA_MEMCPY3D c = c3(row, rows, 1);
+    host_src(&c, in, row, rows), arr_dst(&c, p);
+    CHECK(cuMemcpy3D_v2(&c));
+    c = c3(row, rows, 1);
+    arr_src(&c, p), host_dst(&c, out, row, rows);
+    CHECK(cuMemcpy3D_v2(&c));
     *hash = fnv(out, row * rows);
     return !memcmp(in, out, row * rows);
 }
@@ -188,12 +173,12 @@ static int planes(void)
     printf("nv12 64x32 of 3 channels for video: %s\n", result_name(r));
     if (r)
         return 0;
-    show_desc("the array", a);
+    desc3("the array", a);
     for (unsigned i = 0; i < 2; i++) {
         char what[16];
         CHECK(cuArrayGetPlane(&p[i], a, i));
         snprintf(what, sizeof what, "plane %u", i);
-        show_desc(what, p[i]);
+        desc3(what, p[i]);
     }
     printf("plane 2: %s\n", result_name(cuArrayGetPlane(&q, a, 2)));
     CHECK(cuArrayGetPlane(&q, a, 0));
@@ -204,14 +189,13 @@ static int planes(void)
     /* the luma still holds its texels once the chroma is written */
     unsigned char in[64 * 32], out[64 * 32];
     fill(in, sizeof in, 1);
-    CUDA_MEMCPY2D b = {0};
-    b.srcMemoryType = CU_MEMORYTYPE_ARRAY, b.srcArray = p[0];
-    b.dstMemoryType = CU_MEMORYTYPE_HOST, b.dstHost = out, b.dstPitch = 64;
-    b.WidthInBytes = 64, b.Height = 32;
-    CHECK(cuMemcpy2D_v2(&b));
+    CUDA_MEMCPY3D b = c3(64, 32, 1);
+    arr_src(&b, p[0]), host_dst(&b, out, 64, 32);
+    CHECK(cuMemcpy3D_v2(&b));
     printf("luma after the chroma: %s\n", memcmp(in, out, sizeof in) ? "differs" : "same");
-    b.srcArray = p[1], b.Height = 17;
-    printf("chroma past its 16 rows: %s\n", result_name(cuMemcpy2D_v2(&b)));
+    b = c3(64, 17, 1);
+    arr_src(&b, p[1]), host_dst(&b, out, 64, 17);
+    printf("chroma past its 16 rows: %s\n", result_name(cuMemcpy3D_v2(&b)));
     CUDA_ARRAY_DESCRIPTOR pd = {16, 16, CU_AD_FORMAT_UNSIGNED_INT8, 1};
     CUarray plain;
     CHECK(cuArrayCreate_v2(&plain, &pd));
@@ -224,7 +208,7 @@ static int planes(void)
     d.Width = 64, d.Depth = 2;
     printf("nv12 of depth 2: %s\n", result_name(cuArray3DCreate_v2(&q, &d)));
     CHECK(cuArrayDestroy(a));
-    show_desc("a plane after its array", p[1]);
+    desc3("a plane after its array", p[1]);
     return 0;
 }
 

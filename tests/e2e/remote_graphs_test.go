@@ -52,8 +52,7 @@ func TestRemoteGraphEdgesMatchLocal(t *testing.T) {
 // refused alike, and nothing is left of them.
 func TestRemoteGraphConditionalNodes(t *testing.T) {
 	e := newEnv(t)
-	local := e.run("graphnodes", "conditional")
-	for _, want := range []string{
+	local := runsLocally(t, e, []string{"graphnodes", "conditional"},
 		"IF node: type 13; read back: type 13, kind 0, 1 body, the same handle, the same body graph (1 node)",
 		"IF with flag 0: word 0\nIF with flag 1: word 42", "clone's IF node: its own body graph, 1 node in it",
 		"IF/else, default 0: word 2", "IF/else, default 1: word 1", "WHILE from 5: body ran 5 times, counter 0",
@@ -62,11 +61,7 @@ func TestRemoteGraphConditionalNodes(t *testing.T) {
 		"update from a graph of an empty node: CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, result 3, error node: the empty node, from: none",
 		"captured into the IF node's body: the same graph, 2 roots\nIF with a captured body: word 42, tally 1",
 		"nodes left: 1",
-	} {
-		if local.code != 0 || !strings.Contains(local.stdout, want) {
-			t.Fatalf("locally: exit %d, no %q in\n%s%s", local.code, want, local.stdout, local.stderr)
-		}
-	}
+	)
 	printsAsLocally(t, local, []string{"graphnodes", "conditional"}, "unix", "shm", "tcp")
 }
 
@@ -117,8 +112,7 @@ func TestGraphExecUpdateByTopology(t *testing.T) {
 // batch memory operation nodes were not carried.
 func TestRemoteGraphNodesOfEveryKind(t *testing.T) {
 	e := newEnv(t)
-	local := e.run("graphnodes", "generic")
-	for _, want := range []string{
+	local := runsLocally(t, e, []string{"graphnodes", "generic"},
 		"nodes: 10; types: 6 10 2 0 1 3 4 7 11 5\n",
 		"read back: wait on gate yes; allocation of 256 at its address yes; memset value 0x5a width 16 in the current context yes; kernel fill yes, grid 1; copy of 16 bytes in the current context yes; host function yes with its data yes; child graph of 1 node, its own yes; record of done yes; free of the allocation yes; empty type 5\n",
 		"launched: 0=2a 16=5a", " 31=5a 48=33 49=33 50=33 51=33\nhost calls 1, done CUDA_SUCCESS\n",
@@ -129,18 +123,14 @@ func TestRemoteGraphNodesOfEveryKind(t *testing.T) {
 		" 32=22 36=22 40=11 48=33", "executable's batch node set: CUDA_SUCCESS\n", " 32=44 36=44 40=33 48=33",
 		"the graph's node keeps 0x11\na write outside device memory: CUDA_ERROR_INVALID_VALUE\n17 operations: CUDA_ERROR_NOT_SUPPORTED\nbatch graph nodes: 1\n",
 		"a batch node launched after its word was freed: CUDA_SUCCESS\ncaptured write: 1 node of type 12, word 44 before its launch 0; after 0x55\n",
-		"a kernel node after a programmatic edge: CUDA_SUCCESS; 1 edge, first to second, port 1 type 1; without its data: CUDA_ERROR_LOSSY_QUERY, " +
-			"CUDA_ERROR_LOSSY_QUERY; counted: CUDA_SUCCESS 1; the first's dependent the second, type 1\n" +
-			"cloned: 1 edge, port 1 type 1; removed as plain: CUDA_ERROR_INVALID_VALUE, as added: CUDA_SUCCESS\n" +
-			"a programmatic edge from a memset: CUDA_ERROR_INVALID_VALUE; a port into a node: CUDA_ERROR_INVALID_VALUE; reserved bytes set: CUDA_ERROR_INVALID_VALUE; kind 2: CUDA_ERROR_INVALID_VALUE; " +
+		"a kernel node after a programmatic edge: CUDA_SUCCESS; 1 edge, first to second, port 1 type 1; without its data: CUDA_ERROR_LOSSY_QUERY, "+
+			"CUDA_ERROR_LOSSY_QUERY; counted: CUDA_SUCCESS 1; the first's dependent the second, type 1\n"+
+			"cloned: 1 edge, port 1 type 1; removed as plain: CUDA_ERROR_INVALID_VALUE, as added: CUDA_SUCCESS\n"+
+			"a programmatic edge from a memset: CUDA_ERROR_INVALID_VALUE; a port into a node: CUDA_ERROR_INVALID_VALUE; reserved bytes set: CUDA_ERROR_INVALID_VALUE; kind 2: CUDA_ERROR_INVALID_VALUE; "+
 			"port 3: CUDA_ERROR_INVALID_VALUE; the programmatic port on a plain edge: CUDA_ERROR_INVALID_VALUE; a capture after one (not simulated): CUDA_ERROR_NOT_SUPPORTED\nafter a plain edge: 1 edge; a cycle in one call: CUDA_ERROR_INVALID_VALUE, an edge twice in one call: CUDA_ERROR_INVALID_VALUE, removed twice in one: CUDA_ERROR_INVALID_VALUE; edges still 1\n",
 		"moved: the node's graph is the program's yes; destroyed alone: CUDA_ERROR_INVALID_VALUE; moved again: CUDA_ERROR_NOT_SUPPORTED; cloned: CUDA_ERROR_NOT_SUPPORTED\nthe graph holding it moved into it: CUDA_ERROR_INVALID_VALUE\ninstantiated alone: CUDA_ERROR_NOT_SUPPORTED\nits node set in the outer graph's executable: CUDA_SUCCESS\n",
 		" 56=77 57=77 58=77 59=77\n",
-	} {
-		if local.code != 0 || !strings.Contains(local.stdout, want) {
-			t.Fatalf("locally: exit %d, no %q in\n%s%s", local.code, want, local.stdout, local.stderr)
-		}
-	}
+	)
 	printsAsLocally(t, local, []string{"graphnodes", "generic"}, "unix", "shm", "tcp")
 }
 
@@ -150,17 +140,12 @@ func TestRemoteGraphNodesOfEveryKind(t *testing.T) {
 // and do what they do locally over every transport.
 func TestRemoteOldGraphABIs(t *testing.T) {
 	e := newEnv(t)
-	local := e.run("graphnodes", "old")
-	for _, want := range []string{
+	local := runsLocally(t, e, []string{"graphnodes", "old"},
 		"old kernel node: the same function, grid 1, value 7\nlaunched: 9 9 0\nthe executable's node changed: 11 9\n",
 		"update: CUDA_SUCCESS, result 0, error node none; launched: 7\n",
 		"update to another shape: CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE, result 6; no result: CUDA_SUCCESS\n",
 		"capture info: status 0, capturing 1 with an id: 1\n",
-	} {
-		if local.code != 0 || !strings.Contains(local.stdout, want) {
-			t.Fatalf("locally: exit %d, no %q in\n%s%s", local.code, want, local.stdout, local.stderr)
-		}
-	}
+	)
 	printsAsLocally(t, local, []string{"graphnodes", "old"}, "unix", "shm", "tcp")
 }
 

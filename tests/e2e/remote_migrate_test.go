@@ -449,6 +449,14 @@ func (r *rawConn) call(name string, ctx uint64, args w) []byte {
 // u64 8, the name.
 func handle(a []byte) uint64 { return binary.LittleEndian.Uint64(a[13:]) }
 
+// rawServer starts a server over unix:// and dials it raw.
+func rawServer(t *testing.T) (protocol, *server, *rawConn) {
+	t.Helper()
+	p := readProtocol(t)
+	s := newEnv(t).serve("unix")
+	return p, s, dialRaw(t, s, p)
+}
+
 // stateMoved saves x's state (ctx current) and makes it again on a new
 // connection to s, which it returns.
 func stateMoved(t *testing.T, s *server, p protocol, x *rawConn, ctx uint64) *rawConn {
@@ -472,10 +480,7 @@ func stateMoved(t *testing.T, s *server, p protocol, x *rawConn, ctx uint64) *ra
 // the program was given since the checkpoint. Names freed in one order are
 // reused in that order, not another.
 func TestRemoteStateNamesAsBefore(t *testing.T) {
-	p := readProtocol(t)
-	e := newEnv(t)
-	s := e.serve("unix")
-	x := dialRaw(t, s, p)
+	p, s, x := rawServer(t)
 	ctx := handle(x.call("cuDevicePrimaryCtxRetain", 0, w{}.u64(0).u8(1)))
 	var g [3]uint64
 	for i := range g {
@@ -499,10 +504,7 @@ func TestRemoteStateNamesAsBefore(t *testing.T) {
 // given; the primary context retained again after its reset moves too (a
 // state of two retains of one context was refused before).
 func TestRemoteGoneNamesMove(t *testing.T) {
-	p := readProtocol(t)
-	e := newEnv(t)
-	s := e.serve("unix")
-	x := dialRaw(t, s, p)
+	p, s, x := rawServer(t)
 	// names before the context's, one of them free: a new executor would
 	// not mint the context's name for it by chance
 	g1 := handle(x.call("cuGraphCreate", 0, w{}.u64(0).u8(1)))
@@ -589,10 +591,7 @@ func (r *rawConn) result(name string, ctx uint64, args w) uint32 {
 // allocation that starts there: anything else is refused and the executor
 // serves on.
 func TestRemoteStateAliasHostile(t *testing.T) {
-	p := readProtocol(t)
-	e := newEnv(t)
-	s := e.serve("unix")
-	x := dialRaw(t, s, p)
+	_, _, x := rawServer(t)
 	ctx := handle(x.call("cuDevicePrimaryCtxRetain", 0, w{}.u64(0).u8(1)))
 	mem := handle(x.call("cuMemAlloc_v2", ctx, w{}.u64(4096).u8(1)))
 	other := handle(x.call("cuMemAlloc_v2", ctx, w{}.u64(8192).u8(1)))
