@@ -200,7 +200,9 @@ $(BUILD)/bench/executor-checks: $(EXEC_CHECKS) $(REMOTE_HDRS)
 
 $(BUILD)/tests/%: tests/clients/%.c tests/clients/common.h tests/clients/variants_gen.h $(HDRS)
 	@mkdir -p $(@D)
-	$(CC) $(CFLAGS) $(WARN) $(INCS) -o $@ $< -ldl -lpthread
+	$(CC) $(CFLAGS) $(WARN) $(INCS) -o $@ $< $(CLIENT_LDFLAGS) -ldl -lpthread
+# Its pthread_create is the one the shim looks up.
+$(BUILD)/tests/hostcopy: CLIENT_LDFLAGS := -rdynamic
 
 # Linked with libcuda, like programs built with -lcuda.
 LCUDA_CLIENTS :=

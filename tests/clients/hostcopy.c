@@ -1,13 +1,28 @@
 /* What a program gets from an anonymous private mapping asked populated
  * (MAP_POPULATE), as the driver's checkpoint makes its host copy: whether
  * it is resident, zeroed and writable, and how much of it lies on huge
- * pages (from /proc/self/smaps); and from one not asked populated.
+ * pages (from /proc/self/smaps), and how many threads were started while it
+ * was made (this program's pthread_create, exported, is the one a library
+ * looking it up finds); and from one not asked populated.
  *   hostcopy MIB */
 #define _GNU_SOURCE
+#include <dlfcn.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+
+static int started;
+
+int pthread_create(pthread_t *t, const pthread_attr_t *attr, void *(*fn)(void *), void *arg)
+{
+    static int (*real)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *);
+    if (!real)
+        real = (int (*)(pthread_t *, const pthread_attr_t *, void *(*)(void *), void *))dlsym(RTLD_NEXT, "pthread_create");
+    __atomic_add_fetch(&started, 1, __ATOMIC_RELAXED);
+    return real(t, attr, fn, arg);
+}
 
 /* Rss and AnonHugePages (KiB) of the mapping that starts at p. */
 static void sizes(void *p, long *rss, long *huge)
@@ -33,7 +48,9 @@ static void sizes(void *p, long *rss, long *huge)
 
 static void show(const char *what, size_t n, int flags)
 {
+    started = 0;
     unsigned char *p = mmap(NULL, n, PROT_READ | PROT_WRITE, flags, -1, 0);
+    int threads = started;
     if (p == MAP_FAILED) {
         printf("%s: mmap failed\n", what);
         return;
@@ -44,9 +61,9 @@ static void show(const char *what, size_t n, int flags)
     for (size_t i = 0; i < n; i += 4096)
         zero &= p[i] == 0 && p[i + 4095] == 0;
     p[n - 1] = 7;
-    printf("%s: resident %s, zeroed %s, writable %s, huge pages %s\n", what,
+    printf("%s: resident %s, zeroed %s, writable %s, huge pages %s, threads started %d\n", what,
            rss * 1024 >= (long)n ? "all" : rss > 0 ? "part" : "none", zero ? "yes" : "no", p[n - 1] == 7 ? "yes" : "no",
-           huge > 0 ? "some" : "none");
+           huge > 0 ? "some" : "none", threads);
     munmap(p, n);
 }
 
