@@ -5,7 +5,8 @@
  * joined by the control plane; the protocol is described in
  * tools/gen/layout.go).
  *
- * One process at a time, the holder, launches on a GPU. A holder alone on
+ * One tenant at a time launches on a GPU: its process that holds it, and
+ * beside it the tenant's other processes, uncapped (kin_holds). A holder alone on
  * the GPU launches straight through (a few loads and a counter). With other
  * processes present it keeps the work it has in flight short (completion
  * events, untimed but where a cap's busy period begins), so that the GPU
@@ -193,6 +194,7 @@ struct gang {
 struct side {
     int ran;                   /* we launched beside the holder since our last turn */
     int fill;                  /* ...in an equal's gaps (paid in virtual time) */
+    int kin;                   /* ...in our own tenant's turn (paid by its holder) */
     /* the request under way: its first launch since the last synchronization
      * (0: none) and its time spent in gate since then (atomic) */
     uint64_t request_at, request_gated;
@@ -404,6 +406,10 @@ void pause_ends(struct gpu *g, uint64_t now);
 int beside(struct gpu *g, uint32_t h, uint64_t now);
 /* Whether we may fill the gaps of holder h, an equal bound by its host. */
 int fills(struct gpu *g, uint32_t h, uint64_t now);
+/* Whether holder h is a process of our tenant, whose turn we share. */
+int kin_holds(struct gpu *g, uint32_t h, uint64_t now);
+/* Charges our tenant for ns of work run on past its turn. */
+void pay_spill(struct gpu *g, uint64_t ns, uint64_t now);
 /* Charges our tenant's virtual time for ns of work run in a holder's gaps. */
 void pay_fill(struct gpu *g, uint64_t ns, uint64_t now);
 /* Whether every other process on g runs beside us. */

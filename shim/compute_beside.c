@@ -37,6 +37,23 @@ int beside(struct gpu *g, uint32_t h, uint64_t now)
     return holder_alive(g, h, now);
 }
 
+/* Whether holder h (slot + 1) is a process of our own tenant, whose turn
+ * we share: the turn is the tenant's, and its processes launch in it
+ * side by side, as on a GPU of their own (time-sliced by the GPU, or at
+ * once under MPS), each keeping what a holder among equals keeps in
+ * flight. Taking turns among themselves instead, a host-bound process
+ * waited out a GPU-bound sibling's whole quantum at every other turn and
+ * kept 37 % of its alone rate (time-slicing leaves it 89 %). The holder's
+ * turn pays for what they all ran. Not under a cap: each process pays its
+ * own busy time from the bucket they share, and work that overlaps would
+ * be paid twice. */
+int kin_holds(struct gpu *g, uint32_t h, uint64_t now)
+{
+    if (!h || h > FG_SCHED_SLOTS || h - 1 == g->mine || cap_of(g) || tenant_of(g, h - 1) != g->t)
+        return 0;
+    return holder_alive(g, h, now);
+}
+
 /* Whether we may fill the gaps of holder h (slot + 1): a tenant of our
  * priority whose requests are bound by its host, so that the GPU idles
  * through much of its turn, which time-slicing would give us. We keep

@@ -159,8 +159,14 @@ void reap(struct gpu *g, uint64_t now)
         /* Work run beside the holder is GPU time the tenant had as much as
          * a holder's, for readers of the region; in its virtual time too
          * where it filled an equal's gaps (beside a higher priority under
-         * MPS, the holder did not wait for it). */
-        if (g->side.ran && !g->turn.holding) {
+         * MPS, the holder did not wait for it), or ran on in another
+         * tenant's turn after our tenant's (kin_holds; within it, the
+         * holder paid). */
+        uint32_t h = LOAD(&g->hdr->holder);
+        int spilt = g->side.kin && (!h || h > FG_SCHED_SLOTS || tenant_of(g, h - 1) != g->t);
+        if (spilt && !g->turn.holding) {
+            pay_spill(g, busy, now);
+        } else if (g->side.ran && !g->side.kin && !g->turn.holding) {
             ADD(&g->t->held_ns, busy);
             if (g->side.fill)
                 pay_fill(g, busy, now);

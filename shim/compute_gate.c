@@ -51,6 +51,17 @@ static int cap_waits(struct gpu *g, uint32_t cap, int64_t queued, int others, ui
     return 1;
 }
 
+/* Whether a process of another tenant waits for the GPU: the turn we
+ * share with the holder of our tenant then ends with its quantum. */
+static int stranger_waits(struct gpu *g)
+{
+    for (uint32_t w = 0; w < FG_SCHED_WORDS; w++)
+        for (uint64_t m = others_word(g, g->hdr->waiting, w); m; m &= m - 1)
+            if (tenant_of(g, w * 64 + (uint32_t)__builtin_ctzll(m)) != g->t)
+                return 1;
+    return 0;
+}
+
 /* We hold g: whether we launch now, or look again after handing the GPU
  * over or waiting (for a gang's turn, our cap or our work in flight). */
 static int as_holder(struct gpu *g, uint64_t now)
@@ -59,7 +70,7 @@ static int as_holder(struct gpu *g, uint64_t now)
         g->turn.holding = 1;
         turn_clock_settle(g);
         g->turn.clock_want = !g->turn.clock1;
-        g->side.ran = g->side.fill = 0;
+        g->side.ran = g->side.fill = g->side.kin = 0;
         /* since_ns is ahead while the last holder's work left running runs */
         uint64_t since = LOAD(&g->hdr->since_ns);
         g->turn.at = since < now ? since : now;
@@ -92,11 +103,11 @@ static int as_holder(struct gpu *g, uint64_t now)
          * still the one furthest behind among our equals. */
         pay(g, g->t, 2 * g->quantum, now);
         g->turn.at = now;
-        STORE(&g->hdr->turn_ends_ns, now + g->quantum);
         if (nt && goes_before_us(g, nt)) {
             hand_off(g);
             return AGAIN;
         }
+        STORE(&g->hdr->turn_ends_ns, now + g->quantum);
     }
     uint32_t cap = cap_of(g);
     int64_t queued = ahead(g, now);
@@ -156,16 +167,34 @@ void gate(struct gpu *g)
             catch_up(g, now);
         }
         /* Beside the holder: as much in flight as a holder among equals
-         * keeps, and still waiting, so that its pauses are lent to us. */
-        if (beside(g, h, now)) {
+         * keeps, and still waiting, so that its pauses are lent to us. A
+         * process of our tenant idle, we go on with its turn; beside it,
+         * once its turn is over and another tenant waits, we launch no
+         * more into it (what we left running, we pay for: pay_spill). */
+        int kin = kin_holds(g, h, now);
+        if (kin && may_take(g, h, now) && take(g, h, now))
+            continue;
+        if (kin || beside(g, h, now)) {
             if (waited_from) /* what we waited until now; a full queue is not throttling */
                 ADD(&g->t->waited_ns, now - waited_from);
             waited_from = 0;
-            if (g->flight.count >= 2 && (ahead(g, now) >= AHEAD_NS || g->flight.count >= RING)) {
+            int64_t queued = ahead(g, now);
+            if (kin && now >= LOAD(&g->hdr->turn_ends_ns) && stranger_waits(g)) {
+                if (g->flight.count)
+                    wait_oldest(g);
+                else
+                    sleep_on(g, LOAD(&g->hdr->gen), POLL_NS / 5);
+                continue;
+            }
+            /* below a higher priority, what it may find running when it comes, as our holder */
+            int below = kin && higher_present(g);
+            if (g->flight.count >= (below ? 1u : 2u) &&
+                (queued >= (below ? AHEAD_BELOW_NS : AHEAD_NS) || g->flight.count >= RING)) {
                 wait_oldest(g);
                 continue;
             }
             by = g->side.ran = 1;
+            g->side.kin = kin, g->side.fill = 0;
             break;
         }
         /* In an equal's gaps: FILL_AHEAD_NS in flight, one launch at least. */
@@ -178,6 +207,7 @@ void gate(struct gpu *g)
                 continue;
             }
             by = g->side.ran = g->side.fill = 1;
+            g->side.kin = 0;
             break;
         }
         if (may_take(g, h, now) && best_waiter(g, -1) == (int)g->mine && take(g, h, now))

@@ -54,6 +54,11 @@ void pay(struct gpu *g, struct fg_sched_tenant *t, uint64_t fair, uint64_t now)
         charge(g, t, now - since, fair, now);
 }
 
+/* Work we ran in our tenant's turn (kin_holds) that ran on into another
+ * tenant's is ours to pay for, all of it: the next holder's turn paid for
+ * that time too, and got less of the GPU in it. */
+void pay_spill(struct gpu *g, uint64_t ns, uint64_t now) { charge(g, g->t, ns, ns, now); }
+
 /* Work we ran in an equal holder's gaps (fills) is time its turn gave us:
  * in our virtual time, so that the holder's turns come back sooner. But
  * no further than one quantum ahead of the holder: the gaps are its idle
@@ -77,14 +82,15 @@ void pay_fill(struct gpu *g, uint64_t ns, uint64_t now)
 
 /* Whether a waiter of our priority, of tenant t, goes before us once our
  * turn (or loan) is due to end: by the gang's order, then the lesser
- * virtual time. A process of our own tenant shares its virtual time, never
- * behind it: it goes before us there, as the next in turn (best_waiter's
- * round robin), or the first of a tenant to hold the GPU would keep it
- * while it had work. */
+ * virtual time. A process of our own tenant launches in our turn beside
+ * us (kin_holds), with nothing to wait for; under a cap it cannot, and
+ * it shares our virtual time, never behind it: it goes before us there,
+ * as the next in turn (best_waiter's round robin), or the first of a
+ * tenant to hold the GPU would keep it while it had work. */
 int goes_before_us(struct gpu *g, struct fg_sched_tenant *t)
 {
     if (t == g->t)
-        return 1;
+        return cap_of(g) != 0;
     int l = leads(g, t, g->t);
     return l ? l > 0 : LOAD(&t->vtime) < LOAD(&g->t->vtime);
 }
