@@ -13,7 +13,9 @@
  *                       then shows its own copies still work
  *   arrays planes       a two-plane (NV12) array: its planes' arrays and
  *                       layouts, texels through each, refusals (no kernel:
- *                       runs on a real GPU too) */
+ *                       runs on a real GPU too)
+ *   arrays planegone    a plane described once its array is destroyed (a
+ *                       real driver's answer is a crash: H200, 2026-12-06) */
 #include "common.h"
 
 #include <stdint.h>
@@ -208,7 +210,18 @@ static int planes(void)
     d.Width = 64, d.Depth = 2;
     printf("nv12 of depth 2: %s\n", result_name(cuArray3DCreate_v2(&q, &d)));
     CHECK(cuArrayDestroy(a));
-    desc3("a plane after its array", p[1]);
+    return 0;
+}
+
+static int planegone(void)
+{
+    primary_context();
+    CUDA_ARRAY3D_DESCRIPTOR d = {64, 32, 0, CU_AD_FORMAT_NV12, 3, CUDA_ARRAY3D_VIDEO_ENCODE_DECODE};
+    CUarray a, p;
+    CHECK(cuArray3DCreate_v2(&a, &d));
+    CHECK(cuArrayGetPlane(&p, a, 1));
+    CHECK(cuArrayDestroy(a));
+    desc3("a plane after its array", p);
     return 0;
 }
 
@@ -216,6 +229,8 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && !strcmp(argv[1], "planes"))
         return planes();
+    if (argc > 1 && !strcmp(argv[1], "planegone"))
+        return planegone();
     if (argc > 1 && !strcmp(argv[1], "hold"))
         return hold();
     if (argc > 4 && !strcmp(argv[1], "use"))

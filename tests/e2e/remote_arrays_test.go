@@ -121,4 +121,8 @@ func TestRemoteTwoPlaneArrays(t *testing.T) {
 		"a plane of a one-plane array: CUDA_ERROR_INVALID_VALUE\n",
 	)
 	printsAsLocally(t, local, []string{"arrays", "planes"}, "unix", "shm", "tcp")
+	// A plane described once its array is gone: a real driver crashes the
+	// program (H200, 2026-12-06); the simulated GPU and a server refuse it.
+	gone := runsLocally(t, e, []string{"arrays", "planegone"}, "a plane after its array: descriptor CUDA_ERROR_INVALID_HANDLE\n")
+	printsAsLocally(t, gone, []string{"arrays", "planegone"}, "unix", "shm", "tcp")
 }
