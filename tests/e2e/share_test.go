@@ -30,6 +30,25 @@ func (e *env) spinAll(seconds string, flags ...[]string) []spin {
 	return startAll(ss...)
 }
 
+// highBesideLow runs a spinner of high priority (its arguments) beside a
+// low-priority tenant of `lows` GPU-bound processes, together, and returns
+// its report and the low tenant's (shares and host delays summed).
+func (e *env) highBesideLow(lows int, high ...string) (spin, spin) {
+	e.t.Helper()
+	var ss []*spinner
+	for range lows {
+		ss = append(ss, e.spinnerUnder([]string{"--group", "low", "--priority", "low"}, "1000", "2", "16"))
+	}
+	ss = append(ss, e.spinnerUnder([]string{"--priority", "high"}, high...))
+	rs := startAll(ss...)
+	l := rs[0]
+	for _, r := range rs[1:lows] {
+		l.share += r.share
+		l.delayedMs += r.delayedMs
+	}
+	return rs[lows], l
+}
+
 // startAll starts spinners together and returns their reports.
 func startAll(ss ...*spinner) []spin {
 	for _, s := range ss {
@@ -450,16 +469,7 @@ func TestPriorityRunsFirst(t *testing.T) {
 			solo := e.spinnerUnder([]string{"--priority", "high"}, "1000", "1", "1")
 			solo.start()
 			alone := solo.result()
-			hi := e.spinnerUnder([]string{"--priority", "high"}, "1000", "1", "1")
-			var lo []*spinner
-			for range lows {
-				lo = append(lo, e.spinnerUnder([]string{"--group", "low", "--priority", "low"}, "1000", "2", "16"))
-			}
-			rs := startAll(append(lo, hi)...)
-			h, l := rs[lows], rs[0]
-			for _, r := range rs[1:lows] {
-				l.share += r.share
-			}
+			h, l := e.highBesideLow(lows, "1000", "1", "1")
 			t.Logf("high alone: %.1f%%, p99 %.0f µs; next to low (%d processes): %.1f%%, p99 %.0f µs; low: %.1f%% over twice as long",
 				alone.share, alone.p99, lows, h.share, h.p99, l.share)
 			// Its kernels wait for the low one's only when its host keeps it from
@@ -625,17 +635,7 @@ func TestPriorityLendsIdleTime(t *testing.T) {
 			alone := e.spinnerUnder([]string{"--priority", "high"}, "500", "1", "1", "0", "launch", "2000")
 			alone.start()
 			a := alone.result()
-			hi := e.spinnerUnder([]string{"--priority", "high"}, "500", "2", "1", "0", "launch", "2000")
-			var lo []*spinner
-			for range lows {
-				lo = append(lo, e.spinnerUnder([]string{"--group", "low", "--priority", "low"}, "1000", "2", "16"))
-			}
-			rs := startAll(append(lo, hi)...)
-			h, l := rs[lows], rs[0]
-			for _, r := range rs[1:lows] {
-				l.share += r.share
-				l.delayedMs += r.delayedMs
-			}
+			h, l := e.highBesideLow(lows, "500", "2", "1", "0", "launch", "2000")
 			t.Logf("high, 500 µs every 2.5 ms: alone p50 %.0f p99 %.0f µs; next to low (%d processes) p50 %.0f p99 %.0f µs; low got %.1f%%",
 				a.p50, a.p99, lows, h.p50, h.p99, l.share)
 			// Each ms either host is kept from running can idle the device: the
@@ -645,9 +645,9 @@ func TestPriorityLendsIdleTime(t *testing.T) {
 				hc.Errorf("the low-priority tenant of %d processes got %.1f%% of the device next to a server busy ~20%% of the time, want ≥ 55%% - %.1f (host delays)",
 					lows, l.share, lost)
 			}
-			// At most one of the low tenant's 1 ms kernels ahead of a request
+			// At most one 1 ms kernel of each low process ahead of a request
 			// (bounds for a loaded 2-core machine).
-			if h.p50 > a.p50+1100 || h.p99 > a.p99+2500 {
+			if n := float64(lows); h.p50 > a.p50+1100*n || h.p99 > a.p99+2500*n {
 				t.Errorf("requests next to the low tenant of %d processes: p50 %.0f p99 %.0f µs; alone %.0f / %.0f µs", lows, h.p50, h.p99, a.p50, a.p99)
 			}
 		})
