@@ -3,7 +3,7 @@
 # machine with an NVIDIA driver, nvcc and PyTorch, with build/ made by `make`
 # (`make GOTAGS=nok8s` keeps the CLI small where build/ is copied over):
 #     scripts/gpu-e2e.sh OUTDIR [SECTION...]
-# Sections (default: all): decl counts simmodel hookmap torch bench contended green drvmem quota isolation nvmlprocs mpspods computecap quotabench lonebench ddpshare shares sharetrain sharemixed priority prioritygraph suspend remotefamilies
+# Sections (default: all): decl counts simmodel hookmap torch bench contended green drvmem quota isolation nvmlprocs mpspods computecap quotabench lonebench ddpshare shares sharetrain sharegroup sharemixed priority prioritygraph suspend remotefamilies
 # (PAIRS="flexgv" runs only some of the priority sections' ways of sharing,
 # PRIORITY_ROUNDS=3 runs them three times over, the request alone in each;
 # REF_SHIM=PATH with PAIRS "ref" and "mpsref" runs flexgv's pairs again in
@@ -23,7 +23,7 @@ set -u -o pipefail
 source "$(dirname "$0")/outdir.sh"
 OUT=$(outdir gpu-e2e "${1:-}") || exit 2
 shift || true
-SECTIONS=${*:-decl counts simmodel hookmap torch bench contended green drvmem quota isolation nvmlprocs mpspods computecap quotabench lonebench ddpshare shares sharetrain sharemixed priority prioritygraph suspend remotefamilies}
+SECTIONS=${*:-decl counts simmodel hookmap torch bench contended green drvmem quota isolation nvmlprocs mpspods computecap quotabench lonebench ddpshare shares sharetrain sharegroup sharemixed priority prioritygraph suspend remotefamilies}
 ROUNDS=${ROUNDS:-7} # rounds of the throughput benchmarks
 PAIRS=${PAIRS:-timeslice mps mps50 mpsflexgv mpssm mpssm25 flexgv} # how the priority sections share the GPU
 PRIORITY_ROUNDS=${PRIORITY_ROUNDS:-1} # rounds of those pairs, one after another (their ratios compared round by round)
@@ -698,7 +698,7 @@ mkdir -p "$S"
 at() { echo $(($(date +%s) + $1)); } # a start time S seconds from now
 sleep_until() { sleep "$(python3 -c "import time; print(max(0, $1 - time.time()))")"; }
 bounded() { timeout -k 5 $((90 + SHARE_S + TRAIN_S)) "$@" || echo "exit $? after at most $((90 + SHARE_S + TRAIN_S)) s: $*" >>"$S/timeouts.txt"; }
-if want shares || want sharetrain || want sharemixed || want priority || want prioritygraph; then
+if want shares || want sharetrain || want sharegroup || want sharemixed || want priority || want prioritygraph; then
     export FLEXGV_STATE_DIR=$WORK/share-state
     bounded python3 $L matmul 5 >"$S/mm_alone.txt"
     bounded python3 $L train 5 >"$S/tr_alone.txt"
@@ -743,6 +743,20 @@ sleep_until $((T + 3)) && "$FLEXGV" top --once >"$S/top_train.txt" &&
 sleep_until $((T + 13)) && "$FLEXGV" top --once >>"$S/top_train.txt" &&
     python3 scripts/gpu/region_dump.py "$FLEXGV_STATE_DIR" >>"$S/region_train.txt"
 wait $p30 $p70 # by pid: a bare wait would also wait for the log's tee
+fi
+
+if want sharegroup; then
+# A tenant's two processes share its turns side by side: together its
+# share, each about half of it, beside a tenant of one.
+echo "== compute shares: a tenant of two processes beside a tenant of one, 50/50 ($(date +%T))"
+T=$(at 20)
+bounded "$FLEXGV" run --group ga --compute 50% -- python3 $L matmul "$TRAIN_S" "$T" >"$S/mm_g1.txt" &
+p1=$!
+bounded "$FLEXGV" run --group ga -- python3 $L matmul "$TRAIN_S" "$T" >"$S/mm_g2.txt" &
+p2=$!
+bounded "$FLEXGV" run --group gb --compute 50% -- python3 $L matmul "$TRAIN_S" "$T" >"$S/mm_g3.txt" &
+p3=$!
+wait $p1 $p2 $p3
 fi
 
 if want sharemixed; then
@@ -849,7 +863,7 @@ if want prioritygraph; then
     priority_bench infer-graph g_
 fi
 
-if want shares || want sharetrain || want sharemixed || want priority || want prioritygraph; then
+if want shares || want sharetrain || want sharegroup || want sharemixed || want priority || want prioritygraph; then
     python3 scripts/gpu/share_report.py "$S" || fail "compute shares off target (above)"
     [ -s "$S/timeouts.txt" ] && cat "$S/timeouts.txt" && fail "share runs timed out"
     unset FLEXGV_STATE_DIR

@@ -83,6 +83,14 @@ if have("tr_30.txt", "tr_70.txt"):
     bad |= abs(t30 - 30) > 5 or abs(t70 - 70) > 5
     rows.append(("training 30/70", f"{t30:.1f}% / {t70:.1f}% of one alone (together {t30 + t70:.1f}%)", "± 2 pp, ≥ 97%"))
 
+# (a'') a tenant of two processes beside a tenant of one, 50/50
+if have("mm_g1.txt", "mm_g2.txt", "mm_g3.txt"):
+    g1, g2, g3 = (rate(f"mm_g{i}.txt") / mm * 100 for i in (1, 2, 3))
+    bad |= abs(g1 + g2 - 50) > 5 or abs(g3 - 50) > 5 or min(g1, g2) < 15
+    rows.append(("matmul, a tenant of two processes at 50 % beside a tenant of one at 50 %",
+                 f"{g1:.1f}% + {g2:.1f}% / {g3:.1f}% of one alone (together {g1 + g2 + g3:.1f}%)",
+                 "± 2 pp a tenant, ≥ 97%"))
+
 # (a') mixed kernel lengths at 30/70: each against its own rate alone
 if have("trm_batches.txt"):
     long_b, short_b = open(os.path.join(d, "trm_batches.txt")).read().split()[1:3]
