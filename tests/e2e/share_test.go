@@ -387,8 +387,11 @@ func TestATenantsProcessesShareItsTurns(t *testing.T) {
 		slack := handoverLoss(rs...) + awakeLoss(rs[0]) + awakeLoss(rs[1]) + awakeLoss(rs[2])
 		pair := rs[0].share + rs[1].share
 		t.Logf("a tenant of two processes beside a tenant of one, 50/50: %.1f%% + %.1f%% / %.1f%% of the device", rs[0].share, rs[1].share, rs[2].share)
-		if pair < 45-slack || pair > 55 || rs[2].share < 45-slack || rs[2].share > 55 {
-			hc.Errorf("a tenant of two processes beside a tenant of one, 50/50: %.1f%% / %.1f%% of the device, want 50%% ± 5 each (- %.1f, host delays)", pair, rs[2].share, slack)
+		// The two launch no more into a turn that is over, and pay for what
+		// they left running into the other's (with neither, their tenant
+		// got 59–61 %; with one of the two, 49–55 %).
+		if math.Abs(pair-50) > 3+slack || math.Abs(rs[2].share-50) > 3+slack {
+			hc.Errorf("a tenant of two processes beside a tenant of one, 50/50: %.1f%% / %.1f%% of the device, want 50%% ± 3 each (± %.1f, host delays)", pair, rs[2].share, slack)
 		}
 		// Taking turns, one of the two got 6 % of the device, the other 44 %.
 		if min(rs[0].share, rs[1].share) < 20-slack {
