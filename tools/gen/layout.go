@@ -140,7 +140,8 @@ var tenantConsts = []constSpec{
 
 // schedLayout is one GPU's scheduler region (file gpu-UUID in the state
 // folder), shared by every process of every tenant with a compute policy
-// on that GPU. One process at a time, the holder, may launch work; it
+// on that GPU. One process at a time, the holder, may launch work (and
+// beside it its tenant's other processes, uncapped); it
 // hands the GPU over at the end of its quantum to the waiting process of
 // highest priority whose tenant has the smallest virtual time (GPU time
 // held over its share), at once to a higher priority. Liveness: the CLI
