@@ -167,13 +167,11 @@ void gate(struct gpu *g)
             catch_up(g, now);
         }
         /* Beside the holder: as much in flight as a holder among equals
-         * keeps, and still waiting, so that its pauses are lent to us. A
-         * process of our tenant idle, we go on with its turn; beside it,
-         * once its turn is over and another tenant waits, we launch no
-         * more into it (what we left running, we pay for: pay_spill). */
+         * keeps, and still waiting, so that its pauses are lent to us.
+         * Beside a process of our tenant, once its turn is over and
+         * another tenant waits, we launch no more into it (what we left
+         * running, we pay for: pay_spill). */
         int kin = kin_holds(g, h, now);
-        if (kin && may_take(g, h, now) && take(g, h, now))
-            continue;
         if (kin || beside(g, h, now)) {
             if (waited_from) /* what we waited until now; a full queue is not throttling */
                 ADD(&g->t->waited_ns, now - waited_from);

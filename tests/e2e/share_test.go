@@ -337,8 +337,7 @@ func TestAHostBoundTenantsGapsAreFilled(t *testing.T) {
 
 // A tenant's turn is shared by its processes: they launch in it side by
 // side, as on a GPU of their own, each keeping what a holder among equals
-// keeps in flight, and a process of the tenant goes on with a turn whose
-// holder is idle. When they took turns among themselves, a host-bound
+// keeps in flight. When they took turns among themselves, a host-bound
 // process waited out a GPU-bound sibling's whole quantum every other turn
 // and kept 37 % of its alone rate; before that, the first to hold the GPU
 // kept it while it had work (a second GPU-bound process got 2 %). Under a
