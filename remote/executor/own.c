@@ -516,6 +516,8 @@ void fgr_own_init(void *driver)
 int fgr_out_adopt(int kind, void *p)
 {
     uint64_t v;
+    if (!p) /* asked for no result: a driver that answers anyway wrote nothing */
+        return 0;
     memcpy(&v, p, 8);
     int n = 0, d = 0;
     if (v && !find(kind, v) && kind == FGR_H_CUmemoryPool && default_pool && device_count &&
