@@ -190,15 +190,31 @@ int may_take(struct gpu *g, uint32_t h, uint64_t now)
  * quantum of the smaller weight of the two: a tenant that paused for a
  * moment (a synchronization) while it was behind a holder of a smaller
  * share is that far behind by right, and clamping it closer would hand its
- * time to the smaller share at every pause. */
+ * time to the smaller share at every pause. Virtual times are compared
+ * within a priority only: under a holder of another priority (vclock is
+ * its virtual time, of another weight) the newcomer starts no further back
+ * than a quantum behind the least of its equals waiting, as it would
+ * behind their holder. */
 void catch_up(struct gpu *g, uint64_t now)
 {
-    uint64_t w = weight(g, g->t, now);
-    uint32_t h = LOAD(&g->hdr->holder);
-    struct fg_sched_tenant *ht = h ? tenant_of(g, h - 1) : NULL;
-    if (ht && weight(g, ht, now) < w)
-        w = weight(g, ht, now);
-    uint64_t lag = g->quantum * FULL / w, floor = LOAD(&g->hdr->vclock);
+    uint64_t w = weight(g, g->t, now), floor = 0;
+    uint32_t h = LOAD(&g->hdr->holder), mp = LOAD(&g->t->priority);
+    struct fg_sched_tenant *ht = h && h <= FG_SCHED_SLOTS ? tenant_of(g, h - 1) : NULL;
+    if (ht && LOAD(&ht->priority) == mp) {
+        if (weight(g, ht, now) < w)
+            w = weight(g, ht, now);
+        floor = LOAD(&g->hdr->vclock);
+    } else {
+        struct fg_sched_tenant *least = NULL;
+        for (uint32_t i = 0; i < FG_SCHED_SLOTS; i++) {
+            struct fg_sched_tenant *t = mask_has(g->hdr->waiting, i) ? tenant_of(g, i) : NULL;
+            if (t && t != g->t && LOAD(&t->priority) == mp && (!least || LOAD(&t->vtime) < floor))
+                least = t, floor = LOAD(&t->vtime);
+        }
+        if (least && weight(g, least, now) < w)
+            w = weight(g, least, now);
+    }
+    uint64_t lag = g->quantum * FULL / w;
     floor = floor > lag ? floor - lag : 0;
     uint64_t v = LOAD(&g->t->vtime);
     while (v < floor && !__atomic_compare_exchange_n(&g->t->vtime, &v, floor, 1, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))

@@ -456,6 +456,31 @@ func TestACappedTenantFillsNoGaps(t *testing.T) {
 	}
 }
 
+// Shares divide what a higher priority leaves: beside a high-priority
+// server (500 µs requests every 2.5 ms), tenants at 30 % and 70 % get 30/70
+// of the rest. Virtual times are compared within a priority: a newcomer to
+// the queue while the server holds the GPU is not brought up to the
+// server's (of another weight), which made the two equal. Before: 50/50.
+func TestSharesHoldBesideAHigherPriority(t *testing.T) {
+	t.Parallel()
+	hostBound(t, func(hc *hostCheck) {
+		e := newEnv(t)
+		server := e.spinnerUnder([]string{"--priority", "high"}, "500", "3", "1", "0", "launch", "2000")
+		a := e.spinnerUnder([]string{"--compute", "30%"}, "1000", "3", "16")
+		b := e.spinnerUnder([]string{"--compute", "70%"}, "1000", "3", "16")
+		got := startAll(server, a, b)
+		lows := got[1].share + got[2].share
+		t.Logf("high-priority server %.1f%% of the device (p50 %.0f µs); --compute 30%% %.1f%%, 70%% %.1f%%: %.1f%% of what they got",
+			got[0].share, got[0].p50, got[1].share, got[2].share, got[1].share*100/lows)
+		if lows <= 0 {
+			t.Fatalf("the tenants under shares got nothing: %+v", got)
+		}
+		if f := got[1].share * 100 / lows; math.Abs(f-30) > 4 {
+			hc.Errorf("beside a high-priority server, the tenant at 30%% got %.1f%% of what the two under shares got, want 30%% ± 4", f)
+		}
+	})
+}
+
 // A high-priority tenant runs as if alone next to a low-priority one, which
 // waits while it has work and takes the device back once it is done.
 func TestPriorityRunsFirst(t *testing.T) {
