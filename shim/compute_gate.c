@@ -62,6 +62,24 @@ static int stranger_waits(struct gpu *g)
     return 0;
 }
 
+/* Whether tenant t, another tenant's and further behind us, is capped and
+ * has earned half its bucket back: it handed us the GPU for want of
+ * credit, and what it earns in a whole quantum of ours can be more than
+ * its bucket banks (BURST_NS): at 60 % it earns 6 ms in our 10, banks 5,
+ * and got 45 % for its 60 % share. Handed back at any level of credit,
+ * it gets its due; half the bucket spaces the hand-overs. */
+static int capped_refilled(struct gpu *g, struct fg_sched_tenant *t, uint64_t now)
+{
+    uint32_t cap = LOAD(&t->cap);
+    if (t == g->t || !cap || cap > FULL || !goes_before_us(g, t))
+        return 0;
+    uint64_t last = LOAD(&t->cap_refilled);
+    int64_t c = LOAD(&t->cap_credit);
+    if (now > last)
+        c += (int64_t)((now - last) * cap / FULL);
+    return c >= BURST_NS / 2;
+}
+
 /* We hold g: whether we launch now, or look again after handing the GPU
  * over or waiting (for a gang's turn, our cap or our work in flight). */
 static int as_holder(struct gpu *g, uint64_t now)
@@ -93,8 +111,9 @@ static int as_holder(struct gpu *g, uint64_t now)
     /* A loan ends when one further behind wants the GPU back: held on to
      * the end of a quantum, each pause of a tenant between its
      * synchronizations would hand a whole quantum to one ahead of it, and
-     * shares would drift toward equal. */
-    if (g->turn.lent && nt && goes_before_us(g, nt)) {
+     * shares would drift toward equal. So does a turn a capped tenant gave
+     * up for want of credit, once it has earned enough back. */
+    if (nt && (g->turn.lent ? goes_before_us(g, nt) : capped_refilled(g, nt, now))) {
         hand_off(g);
         return AGAIN;
     }

@@ -361,9 +361,19 @@ void hand_over(struct gpu *g, int preempted) { give(g, preempted, 1); }
  * holder's first launch reaches it (two wake-ups of hosts and a launch):
  * the next holder starts while our last work, short, still runs, and its
  * launches queue behind it. We pay for that work as it is expected to run
- * (since_ns moves there): the next holder's time starts after it. */
+ * (since_ns moves there): the next holder's time starts after it. But a
+ * capped one would pay for that work from its bucket (its first launch's
+ * busy period is timed from when it was queued): to it the GPU goes
+ * drained. */
 void hand_off(struct gpu *g)
 {
+    int next = best_waiter(g, (int)g->mine);
+    struct fg_sched_tenant *nt = next >= 0 ? tenant_of(g, (uint32_t)next) : NULL;
+    uint32_t ncap = nt ? LOAD(&nt->cap) : 0;
+    if (ncap && ncap <= FULL) {
+        hand_over(g, 0);
+        return;
+    }
     uint64_t now = fg_now_ns();
     int64_t rest;
     while ((rest = left(g, now)) < 0 || rest > HANDOFF_NS) {

@@ -456,6 +456,33 @@ func TestACappedTenantFillsNoGaps(t *testing.T) {
 	}
 }
 
+// A share holds up to its tenant's cap: at 60 % capped at 60 %, beside a
+// tenant at 40 %, it gets its 60 %. Its bucket banks 5 ms, less than what
+// it earns in the other's 10 ms quantum: the other's turn ends once the
+// bucket has earned half of that back. And the GPU goes to it drained: it
+// would pay for the other's work left running. Before, it got 45 % (48 %
+// with either change alone), and 30 % at 40 % beside a tenant at 20 %.
+func TestACappedShareGetsItsShare(t *testing.T) {
+	t.Parallel()
+	hostBound(t, func(hc *hostCheck) {
+		e := newEnv(t)
+		got := e.spinAll("2", []string{"--compute", "60%", "--compute-max", "60%"}, []string{"--compute", "40%"})
+		a, b := got[0], got[1]
+		if a.wallMs <= 0 {
+			t.Fatalf("the capped tenant reported no time: %+v", a)
+		}
+		share := a.share * a.elapsedMs / a.wallMs // over the host's time, which its cap earns in (capBand)
+		lost := handoverLoss(a, b)
+		t.Logf("--compute 60%% --compute-max 60%%: %.1f%% of the device; --compute 40%%: %.1f%% (host delays: %.1f points)", share, b.share, lost)
+		if share > 60+2 {
+			t.Errorf("a tenant capped at 60%% got %.1f%%, want at most 60%% + 2", share)
+		}
+		if share < 60-2-lost {
+			hc.Errorf("a tenant at 60%% capped at 60%% got %.1f%% beside one at 40%%, want 60%% - 2 - %.1f (host delays)", share, lost)
+		}
+	})
+}
+
 // Shares divide what a higher priority leaves: beside a high-priority
 // server (500 µs requests every 2.5 ms), tenants at 30 % and 70 % get 30/70
 // of the rest. Virtual times are compared within a priority: a newcomer to
