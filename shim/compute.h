@@ -168,6 +168,7 @@ struct turn {
     uint32_t seen_holder;
     int seen_busy;                  /* it had work in flight */
     uint64_t seen_launches, seen_at;
+    uint64_t seen_launched_at;      /* when its launch count last moved */
     uint64_t look_at;               /* when it will have been idle long enough to take from */
     uint64_t wdefault, wdefault_at; /* weight of a tenant without a share, and when computed */
     uint64_t idle_at, gap_avg; /* when a sync left nothing in flight; how long such pauses last */

@@ -51,6 +51,24 @@ static int cap_waits(struct gpu *g, uint32_t cap, int64_t queued, int others, ui
     return 1;
 }
 
+/* Whether our cap's bucket cannot pay for a launch: then we are no
+ * waiter, and slept until it has earned its debt back (a poll at most). */
+static int cap_asleep(struct gpu *g, uint64_t now)
+{
+    uint32_t cap = cap_of(g);
+    if (!cap)
+        return 0;
+    earn(g, cap, now);
+    int64_t c = LOAD(&g->t->cap_credit);
+    if (c > 0)
+        return 0;
+    if (mask_has(g->hdr->waiting, g->mine))
+        mask_clear(g->hdr->waiting, g->mine);
+    uint64_t ns = (uint64_t)(-c + 1) * FULL / cap + 1;
+    sleep_on(g, LOAD(&g->hdr->gen), ns < POLL_NS ? ns : POLL_NS);
+    return 1;
+}
+
 /* Whether a process of another tenant waits for the GPU: the turn we
  * share with the holder of our tenant then ends with its quantum. */
 static int stranger_waits(struct gpu *g)
@@ -181,6 +199,14 @@ void gate(struct gpu *g)
             turn_clock_settle(g);
         if (!waited_from)
             waited_from = now;
+        /* A cap's bucket that cannot pay: nothing to wait for the GPU
+         * for, so not among those waiting, whom a holder of lower priority
+         * yields to and a holder of ours makes room for: a tenant of high
+         * priority capped at 30 % beside a low one left the GPU idle 40 %
+         * of the time, the low one yielding at each launch to a waiter
+         * that then handed it back. */
+        if (cap_asleep(g, now))
+            continue;
         if (!mask_has(g->hdr->waiting, g->mine)) {
             mask_set(g->hdr->waiting, g->mine);
             catch_up(g, now);

@@ -153,6 +153,8 @@ int may_take(struct gpu *g, uint32_t h, uint64_t now)
     uint64_t launches = LOAD(&g->slots[i].launches);
     uint32_t hp = priority_of(g, (int)i), mp = LOAD(&g->t->priority);
     int busy = LOAD(&g->slots[i].inflight) != 0;
+    if (h != g->turn.seen_holder || launches != g->turn.seen_launches)
+        g->turn.seen_launched_at = now;
     if (h != g->turn.seen_holder || launches != g->turn.seen_launches || busy || (g->turn.seen_busy && hp > mp)) {
         g->turn.seen_holder = h;
         g->turn.seen_launches = launches;
@@ -176,6 +178,14 @@ int may_take(struct gpu *g, uint32_t h, uint64_t now)
                     : busy || !ht || LOAD(&ht->host_bound) < BESIDE_HOST ? 4 * POLL_NS
                                                                           : LEND_AFTER_NS;
     g->turn.look_at = g->turn.seen_at + idle;
+    /* Capped, we would pay for a lower holder's work still running from
+     * our bucket (our first launch would be timed from when it queued):
+     * it hands the GPU over drained at its next launch, unless it makes
+     * none for a poll. */
+    if (mp > hp && busy && cap_of(g) && now - g->turn.seen_launched_at < POLL_NS) {
+        g->turn.look_at = g->turn.seen_launched_at + POLL_NS;
+        return 0;
+    }
     if (mp > hp || now - g->turn.seen_at >= idle)
         return 1;
     if (mp == hp && ht && leads(g, g->t, ht) > 0)

@@ -483,6 +483,37 @@ func TestACappedShareGetsItsShare(t *testing.T) {
 	})
 }
 
+// A tenant of high priority under a cap leaves the GPU to a lower one
+// while its bucket cannot pay: at 30 % beside a GPU-bound low tenant, the
+// low one gets the rest, less hand-overs. Before, the high one, waiting
+// for credit, stayed among those waiting: the low one yielded to it at
+// each launch, and it handed the GPU back (30 % and 30 %, the GPU idle the
+// rest). Nor does it take the GPU from the low one with work running,
+// which its bucket would pay for (21 %): the low one hands over drained.
+func TestACappedHighPriorityLeavesTheRest(t *testing.T) {
+	t.Parallel()
+	hostBound(t, func(hc *hostCheck) {
+		e := newEnv(t)
+		got := e.spinAll("2", []string{"--priority", "high", "--compute-max", "30%"}, []string{"--priority", "low"})
+		h, l := got[0], got[1]
+		if h.wallMs <= 0 {
+			t.Fatalf("the capped tenant reported no time: %+v", h)
+		}
+		share := h.share * h.elapsedMs / h.wallMs // over the host's time, which its cap earns in (capBand)
+		lost := handoverLoss(h, l)
+		t.Logf("--priority high --compute-max 30%%: %.1f%% of the device; --priority low: %.1f%% (host delays: %.1f points)", share, l.share, lost)
+		if share > 30+2 {
+			t.Errorf("a tenant capped at 30%% got %.1f%%, want at most 30%% + 2", share)
+		}
+		if share < 30-2-lost {
+			hc.Errorf("a high-priority tenant capped at 30%% got %.1f%% beside a low one, want 30%% - 2 - %.1f (host delays)", share, lost)
+		}
+		if l.share < 60-lost {
+			hc.Errorf("beside a high-priority tenant capped at 30%%, the low one got %.1f%%, want the rest less 10 points and %.1f (host delays)", l.share, lost)
+		}
+	})
+}
+
 // Shares divide what a higher priority leaves: beside a high-priority
 // server (500 µs requests every 2.5 ms), tenants at 30 % and 70 % get 30/70
 // of the rest. Virtual times are compared within a priority: a newcomer to
