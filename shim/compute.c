@@ -167,6 +167,18 @@ CUresult fg_compute_cuGraphLaunch_ptsz(fg_real_cuGraphLaunch_ptsz next, CUgraphE
     SCHEDULED(s, 1, next(exec, s));
 }
 
+/* A holder that synchronized with nothing in flight, whose pauses there
+ * tend to last (a server between requests), says so in its slot until its
+ * next launch: an equal waiting takes the GPU at once (may_take), where it
+ * would wait a poll to see it idle. Two servers of one priority, requests
+ * of 0.5 ms every 2.5 ms, had p50 1.05 ms, twice their alone time. */
+static void mark_paused(struct gpu *g)
+{
+    if (LOAD(&g->hdr->holder) == g->mine + 1 && !__atomic_load_n(&g->flight.count, __ATOMIC_RELAXED) &&
+        __atomic_load_n(&g->turn.gap_avg, __ATOMIC_RELAXED) >= LEND_NS)
+        STORE(&g->me->paused, (uint32_t)LOAD(&g->me->launches) + 1);
+}
+
 /* After a synchronization (begun at `at`; of stream *s, if s, before which
  * `upto` launches were tracked), what completed is said at once:
  * waiters then see an idle holder without waiting for its next launch; and
@@ -179,9 +191,13 @@ static CUresult synced_on(CUresult r, int dev, uint64_t at, const CUstream *s, u
     struct gpu *g = r == CUDA_SUCCESS ? scheduled(dev) : NULL;
     if (g)
         note_request(g, at, fg_now_ns());
-    if (!g || (!__atomic_load_n(&g->flight.count, __ATOMIC_RELAXED) &&
-               (LOAD(&g->hdr->holder) != g->mine + 1 || !others_in(g, g->hdr->waiting))))
+    if (!g)
         return r;
+    if (!__atomic_load_n(&g->flight.count, __ATOMIC_RELAXED) &&
+        (LOAD(&g->hdr->holder) != g->mine + 1 || !others_in(g, g->hdr->waiting))) {
+        mark_paused(g);
+        return r;
+    }
     pthread_mutex_lock(&g->lock);
     if (g->state == G_READY) {
         uint64_t now = fg_now_ns();
@@ -191,8 +207,10 @@ static CUresult synced_on(CUresult r, int dev, uint64_t at, const CUstream *s, u
             known_done(g, lane, upto);
         }
         reap(g, now);
-        if (!g->flight.count)
+        if (!g->flight.count) {
             __atomic_store_n(&g->turn.idle_at, now, __ATOMIC_RELAXED);
+            mark_paused(g);
+        }
         /* What the GPU did for us until now is paid at once: taken from
          * while idle after this, we are charged only the idle time. */
         if (LOAD(&g->hdr->holder) == g->mine + 1 && others_in(g, g->hdr->waiting))

@@ -177,6 +177,9 @@ int may_take(struct gpu *g, uint32_t h, uint64_t now)
     uint64_t idle = hp <= mp ? POLL_NS
                     : busy || !ht || LOAD(&ht->host_bound) < BESIDE_HOST ? 4 * POLL_NS
                                                                           : LEND_AFTER_NS;
+    /* An equal paused after a synchronization, between requests (mark_paused) */
+    if (hp == mp && !busy && LOAD(&g->slots[i].paused) == (uint32_t)launches + 1)
+        return 1;
     g->turn.look_at = g->turn.seen_at + idle;
     /* Capped, we would pay for a lower holder's work still running from
      * our bucket (our first launch would be timed from when it queued):

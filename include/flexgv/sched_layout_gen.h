@@ -57,7 +57,7 @@ struct fg_sched_slot {
     uint32_t tenant;
     uint32_t inflight;
     uint32_t mps;
-    uint32_t reserved;
+    uint32_t paused;
     uint64_t launches;
     uint64_t claimed_ns;
 };

@@ -58,7 +58,7 @@ type Slot struct {
 	Tenant    uint32 `c:"tenant"`
 	Inflight  uint32 `c:"inflight"`
 	MPS       uint32 `c:"mps"`
-	Reserved  uint32 `c:"reserved"`
+	Paused    uint32 `c:"paused"`
 	Launches  uint64 `c:"launches"`
 	ClaimedNs uint64 `c:"claimed_ns"`
 }

@@ -185,7 +185,7 @@ var schedLayout = []structSpec{
 		{"tenant", "Tenant", "uint32", 0, "index of its tenant entry"},
 		{"inflight", "Inflight", "uint32", 0, "launches it has seen in flight and not complete (atomic)"},
 		{"mps", "MPS", "uint32", 0, "1: its contexts on the GPU are MPS clients, whose kernels run beside other clients' (atomic)"},
-		{"reserved", "Reserved", "uint32", 0, ""},
+		{"paused", "Paused", "uint32", 0, "its launch count + 1 (low 32 bits) when, holding the GPU, it synchronized with nothing in flight and its pauses there tend to be long (a server between requests): until it launches again an equal may take the GPU at once (atomic)"},
 		{"launches", "Launches", "uint64", 0, "launches so far, written by its process only"},
 		{"claimed_ns", "ClaimedNs", "uint64", 0, "CLOCK_REALTIME at claim"},
 	}},
