@@ -104,6 +104,7 @@ static int as_holder(struct gpu *g, uint64_t now)
 {
     if (!g->turn.holding) { /* our turn starts */
         g->turn.holding = 1;
+        STORE(&g->t->last_slot, g->mine + 1);
         turn_clock_settle(g);
         g->turn.clock_want = !g->turn.clock1;
         g->side.ran = g->side.fill = g->side.kin = 0;

@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 #define FG_SCHED_MAGIC 0x444843535847584cULL
-#define FG_SCHED_VERSION 0x3ULL
+#define FG_SCHED_VERSION 0x4ULL
 #define FG_SCHED_TENANTS 0x80ULL
 #define FG_SCHED_SLOTS 0x100ULL
 #define FG_SCHED_WORDS 0x4ULL
@@ -24,6 +24,8 @@ struct fg_sched_tenant {
     uint32_t cap;
     uint32_t priority;
     uint32_t host_bound;
+    uint32_t last_slot;
+    uint32_t reserved;
     uint64_t vtime;
     uint64_t held_ns;
     uint64_t waited_ns;

@@ -5,7 +5,7 @@ package sched
 // Constants of the region shared with the shim.
 const (
 	SchedMagic     = 0x444843535847584c
-	SchedVersion   = 0x3
+	SchedVersion   = 0x4
 	MaxTenants     = 0x80
 	MaxSlots       = 0x100
 	MaskWords      = 0x4
@@ -25,6 +25,8 @@ type Tenant struct {
 	Cap         uint32   `c:"cap"`
 	Priority    uint32   `c:"priority"`
 	HostBound   uint32   `c:"host_bound"`
+	LastSlot    uint32   `c:"last_slot"`
+	Reserved    uint32   `c:"reserved"`
 	VTime       uint64   `c:"vtime"`
 	HeldNs      uint64   `c:"held_ns"`
 	WaitedNs    uint64   `c:"waited_ns"`

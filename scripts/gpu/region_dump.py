@@ -6,14 +6,14 @@ its host its requests are, and how many of its processes are MPS clients
 
     python3 scripts/gpu/region_dump.py [STATE_DIR]
 
-The layout is include/flexgv/sched_layout_gen.h's (version 3)."""
+The layout is include/flexgv/sched_layout_gen.h's (version 4)."""
 import glob
 import os
 import struct
 import sys
 
 HEADER = 176  # bytes before the tenants
-TENANT = 128  # bytes of one tenant
+TENANT = 136  # bytes of one tenant
 TENANTS = 128  # FG_SCHED_TENANTS
 SLOT = 40  # bytes of one process slot
 SLOTS = 256  # FG_SCHED_SLOTS
@@ -36,7 +36,7 @@ def dump(path):
         if not name:
             continue
         share, _cap, _prio, host_bound = struct.unpack_from("<4I", b, o + 64)
-        vtime, held, waited, _pre = struct.unpack_from("<4Q", b, o + 80)
+        vtime, held, waited, _pre = struct.unpack_from("<4Q", b, o + 88)
         charged = vtime * share / FULL / 1e6 if share else 0
         out.append(f"{name} share {share} held {held / 1e6:.0f} ms charged {charged:.0f} ms waited {waited / 1e6:.0f} ms"
                    f" host-bound {host_bound / FULL:.2f} mps {mps.get(i, 0)}")

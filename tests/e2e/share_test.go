@@ -431,6 +431,19 @@ func TestATenantsProcessesShareItsTurns(t *testing.T) {
 		if n := v.GPUs[0].HandOvers; n > 2000 {
 			hc.Errorf("two processes of one tenant capped at 30%%: %d hand-overs in two seconds, want at most 2000", n)
 		}
+		// Taking turns beside another tenant, from the one of them that
+		// held last: from the holder, every turn went to the same one of
+		// the two (0.4 % and 48.4 % of the device).
+		e = newEnv(t)
+		a = e.spinnerUnder([]string{"--group", "g-capped-pair", "--compute", "50%", "--compute-max", "50%"}, busy...)
+		b = e.spinnerUnder([]string{"--group", "g-capped-pair"}, busy...)
+		o = e.spinnerUnder([]string{"--group", "g-beside", "--compute", "50%"}, busy...)
+		rs = startAll(a, b, o)
+		slack = handoverLoss(rs...) + awakeLoss(rs[0]) + awakeLoss(rs[1]) + awakeLoss(rs[2])
+		t.Logf("a tenant of two processes capped at 50%% beside a tenant of one at 50%%: %.1f%% + %.1f%% / %.1f%% of the device", rs[0].share, rs[1].share, rs[2].share)
+		if min(rs[0].share, rs[1].share) < 20-slack {
+			hc.Errorf("a tenant of two processes capped at 50%% beside another: the two got %.1f%% and %.1f%% of the device, want ≥ 20%% - %.1f each (host delays)", rs[0].share, rs[1].share, slack)
+		}
 	})
 }
 

@@ -156,6 +156,8 @@ var schedLayout = []structSpec{
 		{"cap", "Cap", "uint32", 0, "hard cap, hundredths of a percent; 0: none"},
 		{"priority", "Priority", "uint32", 0, "as the tenant file's"},
 		{"host_bound", "HostBound", "uint32", 0, "of its requests' time (a first launch to the synchronization that ends it), the part not spent waiting for the GPU, hundredths of a percent: a moving average its MPS clients keep (atomic); 0: not measured"},
+		{"last_slot", "LastSlot", "uint32", 0, "slot + 1 of its process whose turn began last: under a cap, where its processes take turns, the next is the first waiting after it (atomic)"},
+		{"reserved", "Reserved", "uint32", 0, ""},
 		{"vtime", "VTime", "uint64", 0, "GPU time held over the share's weight, ns (atomic)"},
 		{"held_ns", "HeldNs", "uint64", 0, "GPU time held since the entry was made, and under MPS what its work ran beside the holder, ns (atomic)"},
 		{"waited_ns", "WaitedNs", "uint64", 0, "time its processes waited to launch, ns (atomic)"},
@@ -202,7 +204,7 @@ const (
 
 var schedConsts = []constSpec{
 	{"FG_SCHED_MAGIC", "SchedMagic", 0x444843535847584c}, // "LXGVSCHD" little-endian
-	{"FG_SCHED_VERSION", "SchedVersion", 3},
+	{"FG_SCHED_VERSION", "SchedVersion", 4},
 	{"FG_SCHED_TENANTS", "MaxTenants", schedTenants},
 	{"FG_SCHED_SLOTS", "MaxSlots", schedSlots},
 	{"FG_SCHED_WORDS", "MaskWords", schedWords},
