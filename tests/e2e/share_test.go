@@ -478,22 +478,32 @@ func TestACappedTenantFillsNoGaps(t *testing.T) {
 func TestACappedShareGetsItsShare(t *testing.T) {
 	t.Parallel()
 	hostBound(t, func(hc *hostCheck) {
-		e := newEnv(t)
-		got := e.spinAll("2", []string{"--compute", "60%", "--compute-max", "60%"}, []string{"--compute", "40%"})
-		a, b := got[0], got[1]
-		if a.wallMs <= 0 {
-			t.Fatalf("the capped tenant reported no time: %+v", a)
-		}
-		share := a.share * a.elapsedMs / a.wallMs // over the host's time, which its cap earns in (capBand)
-		lost := handoverLoss(a, b)
-		t.Logf("--compute 60%% --compute-max 60%%: %.1f%% of the device; --compute 40%%: %.1f%% (host delays: %.1f points)", share, b.share, lost)
-		if share > 60+2 {
-			t.Errorf("a tenant capped at 60%% got %.1f%%, want at most 60%% + 2", share)
-		}
-		if share < 60-2-lost {
-			hc.Errorf("a tenant at 60%% capped at 60%% got %.1f%% beside one at 40%%, want 60%% - 2 - %.1f (host delays)", share, lost)
-		}
+		cappedBeside(t, hc, 60, []string{"--compute", "60%", "--compute-max", "60%"}, []string{"--compute", "40%"})
 	})
+}
+
+// cappedBeside runs a GPU-bound tenant under flags, capped at cap %, beside
+// one under other, and checks the capped one's part of the host's time (a
+// cap earns in it: capBand's bounds, cap ± 2 less host delays); it returns
+// the other's report and the points host delays excuse.
+func cappedBeside(t *testing.T, hc *hostCheck, cap float64, flags, other []string) (spin, float64) {
+	t.Helper()
+	got := newEnv(t).spinAll("2", flags, other)
+	c, o := got[0], got[1]
+	if c.wallMs <= 0 {
+		t.Fatalf("the capped tenant reported no time: %+v", c)
+	}
+	share := c.share * c.elapsedMs / c.wallMs
+	lost := handoverLoss(c, o)
+	what, beside := strings.Join(flags, " "), strings.Join(other, " ")
+	t.Logf("%s: %.1f%% of the device; %s: %.1f%% (host delays: %.1f points)", what, share, beside, o.share, lost)
+	if share > cap+2 {
+		t.Errorf("%s got %.1f%%, want at most %.0f%% + 2", what, share, cap)
+	}
+	if share < cap-2-lost {
+		hc.Errorf("%s got %.1f%% beside %s, want %.0f%% - 2 - %.1f (host delays)", what, share, beside, cap, lost)
+	}
+	return o, lost
 }
 
 // A tenant of high priority under a cap leaves the GPU to a lower one
@@ -506,21 +516,7 @@ func TestACappedShareGetsItsShare(t *testing.T) {
 func TestACappedHighPriorityLeavesTheRest(t *testing.T) {
 	t.Parallel()
 	hostBound(t, func(hc *hostCheck) {
-		e := newEnv(t)
-		got := e.spinAll("2", []string{"--priority", "high", "--compute-max", "30%"}, []string{"--priority", "low"})
-		h, l := got[0], got[1]
-		if h.wallMs <= 0 {
-			t.Fatalf("the capped tenant reported no time: %+v", h)
-		}
-		share := h.share * h.elapsedMs / h.wallMs // over the host's time, which its cap earns in (capBand)
-		lost := handoverLoss(h, l)
-		t.Logf("--priority high --compute-max 30%%: %.1f%% of the device; --priority low: %.1f%% (host delays: %.1f points)", share, l.share, lost)
-		if share > 30+2 {
-			t.Errorf("a tenant capped at 30%% got %.1f%%, want at most 30%% + 2", share)
-		}
-		if share < 30-2-lost {
-			hc.Errorf("a high-priority tenant capped at 30%% got %.1f%% beside a low one, want 30%% - 2 - %.1f (host delays)", share, lost)
-		}
+		l, lost := cappedBeside(t, hc, 30, []string{"--priority", "high", "--compute-max", "30%"}, []string{"--priority", "low"})
 		if l.share < 60-lost {
 			hc.Errorf("beside a high-priority tenant capped at 30%%, the low one got %.1f%%, want the rest less 10 points and %.1f (host delays)", l.share, lost)
 		}
