@@ -179,8 +179,12 @@ func TestRemoteClientsMatchLocal(t *testing.T) {
 		t.Run(transport, func(t *testing.T) {
 			e := newEnv(t)
 			s := e.serve(transport)
+			// Locally on a simulated GPU of their own: the server's
+			// executors of the clients before, still exiting, would
+			// change what memclient sees used.
+			le := newEnv(t)
 			for _, c := range clients {
-				local := e.run(c[0], c[1:]...)
+				local := le.run(c[0], c[1:]...)
 				if local.code != 0 {
 					t.Fatalf("%v locally: exit %d\n%s", c, local.code, local.stderr)
 				}
