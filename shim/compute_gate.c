@@ -27,6 +27,14 @@ static int gang_waits(struct gpu *g, uint64_t now)
     return 0;
 }
 
+/* Asleep until our cap's bucket has earned its debt back, a poll at most. */
+static void sleep_for_credit(struct gpu *g, uint32_t cap)
+{
+    int64_t c = LOAD(&g->t->cap_credit);
+    uint64_t ns = (uint64_t)(c < 0 ? -c + 1 : 1) * FULL / cap + 1;
+    sleep_on(g, LOAD(&g->hdr->gen), ns < POLL_NS ? ns : POLL_NS);
+}
+
 /* Whether our cap's bucket cannot pay for what we have queued (at cap):
  * then we waited for our oldest launch, or with nothing in flight, handed
  * the GPU to the others waiting (if others) and slept. */
@@ -43,29 +51,25 @@ static int cap_waits(struct gpu *g, uint32_t cap, int64_t queued, int others, ui
         int next = others ? best_waiter(g, (int)g->mine) : -1;
         if (next >= 0 && tenant_of(g, (uint32_t)next) != g->t)
             hand_over(g, 0);
-        /* Asleep until the bucket has earned its debt back. */
-        uint64_t ns = (uint64_t)(-LOAD(&g->t->cap_credit) + 1) * FULL / cap + 1;
-        sleep_on(g, LOAD(&g->hdr->gen), ns < POLL_NS ? ns : POLL_NS);
+        sleep_for_credit(g, cap);
     }
     ADD(&g->t->waited_ns, fg_now_ns() - now); /* throttled by the cap */
     return 1;
 }
 
 /* Whether our cap's bucket cannot pay for a launch: then we are no
- * waiter, and slept until it has earned its debt back (a poll at most). */
+ * waiter, and slept (sleep_for_credit). */
 static int cap_asleep(struct gpu *g, uint64_t now)
 {
     uint32_t cap = cap_of(g);
     if (!cap)
         return 0;
     earn(g, cap, now);
-    int64_t c = LOAD(&g->t->cap_credit);
-    if (c > 0)
+    if (LOAD(&g->t->cap_credit) > 0)
         return 0;
     if (mask_has(g->hdr->waiting, g->mine))
         mask_clear(g->hdr->waiting, g->mine);
-    uint64_t ns = (uint64_t)(-c + 1) * FULL / cap + 1;
-    sleep_on(g, LOAD(&g->hdr->gen), ns < POLL_NS ? ns : POLL_NS);
+    sleep_for_credit(g, cap);
     return 1;
 }
 
