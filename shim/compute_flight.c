@@ -165,7 +165,10 @@ void reap(struct gpu *g, uint64_t now)
         uint32_t h = LOAD(&g->hdr->holder);
         int spilt = g->side.kin && (!h || h > FG_SCHED_SLOTS || tenant_of(g, h - 1) != g->t);
         if (spilt && !g->turn.holding) {
-            pay_spill(g, busy, now);
+            /* from the end of our tenant's turn: until then its holder paid */
+            uint64_t ended = LOAD(&g->t->turn_ended_ns), from = start > ended ? start : ended;
+            if (now > from)
+                pay_spill(g, now - from, now);
         } else if (g->side.ran && !g->side.kin && !g->turn.holding) {
             ADD(&g->t->held_ns, busy);
             if (g->side.fill)

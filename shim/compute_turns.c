@@ -254,6 +254,8 @@ int take(struct gpu *g, uint32_t from, uint64_t now)
     struct fg_sched_tenant *old =
         from && from <= FG_SCHED_SLOTS && fg_byte_held(g->fd, slot_off(from - 1)) ? tenant_of(g, from - 1) : NULL;
     pay(g, old, g->quantum, now); /* idle before it was taken is not contended */
+    if (old && old != g->t)
+        STORE(&old->turn_ended_ns, now);
     if (old && LOAD(&old->priority) < LOAD(&g->t->priority))
         ADD(&old->preemptions, 1);
     STORE(&g->hdr->vclock, LOAD(&g->t->vtime));
@@ -357,6 +359,8 @@ static void pass(struct gpu *g, int preempted, uint64_t now, uint64_t tail)
     if (preempted)
         ADD(&g->t->preemptions, 1);
     struct fg_sched_tenant *nt = tenant_of(g, (uint32_t)next);
+    if (nt != g->t)
+        STORE(&g->t->turn_ended_ns, now + tail);
     STORE(&g->hdr->vclock, nt ? LOAD(&nt->vtime) : 0);
     ADD(&g->hdr->switches, 1);
     wake_all(g);

@@ -5,7 +5,7 @@ package sched
 // Constants of the region shared with the shim.
 const (
 	SchedMagic     = 0x444843535847584c
-	SchedVersion   = 0x4
+	SchedVersion   = 0x5
 	MaxTenants     = 0x80
 	MaxSlots       = 0x100
 	MaskWords      = 0x4
@@ -33,6 +33,7 @@ type Tenant struct {
 	Preemptions uint64   `c:"preemptions"`
 	CapCredit   int64    `c:"cap_credit"`
 	CapRefilled uint64   `c:"cap_refilled"`
+	TurnEndedNs uint64   `c:"turn_ended_ns"`
 }
 
 // Header mirrors struct fg_sched_header: starts a GPU's scheduler region; written once by whoever creates it.

@@ -6,14 +6,14 @@ its host its requests are, and how many of its processes are MPS clients
 
     python3 scripts/gpu/region_dump.py [STATE_DIR]
 
-The layout is include/flexgv/sched_layout_gen.h's (version 4)."""
+The layout is include/flexgv/sched_layout_gen.h's (version 5)."""
 import glob
 import os
 import struct
 import sys
 
 HEADER = 176  # bytes before the tenants
-TENANT = 136  # bytes of one tenant
+TENANT = 144  # bytes of one tenant
 TENANTS = 128  # FG_SCHED_TENANTS
 SLOT = 40  # bytes of one process slot
 SLOTS = 256  # FG_SCHED_SLOTS

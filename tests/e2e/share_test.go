@@ -345,6 +345,7 @@ func TestAHostBoundTenantsGapsAreFilled(t *testing.T) {
 func TestATenantsProcessesShareItsTurns(t *testing.T) {
 	t.Parallel()
 	busy, host := []string{"2000", "2", "16"}, []string{"100", "2", "16", "0", "eager", "200"}
+	products := []string{"2660", "2", "5", "0", "batch"} // PyTorch's: five, then a synchronization
 	hostBound(t, func(hc *hostCheck) {
 		solo := newEnv(t).spinnerUnder([]string{"--compute", "50%"}, host...)
 		solo.start()
@@ -378,31 +379,36 @@ func TestATenantsProcessesShareItsTurns(t *testing.T) {
 		}
 		// Beside another tenant, the two processes' turns are their
 		// tenant's share, not a share each.
-		e := newEnv(t)
-		a := e.spinnerUnder([]string{"--group", "g-pair", "--compute", "50%"}, busy...)
-		b := e.spinnerUnder([]string{"--group", "g-pair"}, busy...)
-		o := e.spinnerUnder([]string{"--group", "g-other", "--compute", "50%"}, busy...)
-		rs := startAll(a, b, o)
-		slack := handoverLoss(rs...) + awakeLoss(rs[0]) + awakeLoss(rs[1]) + awakeLoss(rs[2])
-		pair := rs[0].share + rs[1].share
-		t.Logf("a tenant of two processes beside a tenant of one, 50/50: %.1f%% + %.1f%% / %.1f%% of the device", rs[0].share, rs[1].share, rs[2].share)
-		// The two launch no more into a turn that is over, and pay for what
-		// they left running into the other's (with neither, their tenant
-		// got 59–61 %; with one of the two, 49–55 %).
-		if math.Abs(pair-50) > 3+slack || math.Abs(rs[2].share-50) > 3+slack {
-			hc.Errorf("a tenant of two processes beside a tenant of one, 50/50: %.1f%% / %.1f%% of the device, want 50%% ± 3 each (± %.1f, host delays)", pair, rs[2].share, slack)
-		}
-		// Taking turns, one of the two got 6 % of the device, the other 44 %.
-		if min(rs[0].share, rs[1].share) < 20-slack {
-			hc.Errorf("a tenant of two processes beside a tenant of one, 50/50: the two got %.1f%% and %.1f%% of the device, want ≥ 20%% - %.1f each (host delays)", rs[0].share, rs[1].share, slack)
+		for _, load := range [][]string{busy, products} {
+			e := newEnv(t)
+			a := e.spinnerUnder([]string{"--group", "g-pair", "--compute", "50%"}, load...)
+			b := e.spinnerUnder([]string{"--group", "g-pair"}, load...)
+			o := e.spinnerUnder([]string{"--group", "g-other", "--compute", "50%"}, load...)
+			rs := startAll(a, b, o)
+			slack := handoverLoss(rs...) + awakeLoss(rs[0]) + awakeLoss(rs[1]) + awakeLoss(rs[2])
+			pair := rs[0].share + rs[1].share
+			t.Logf("a tenant of two processes beside a tenant of one, 50/50 (spinner %v): %.1f%% + %.1f%% / %.1f%% of the device (host delays: %.1f points)", load, rs[0].share, rs[1].share, rs[2].share, slack)
+			// The two launch no more into a turn that is over, and pay for
+			// what they left running into the other's (with neither, their
+			// tenant got 59–61 %; with one of the two, 49–55 %), from the
+			// end of their tenant's turn: paid from their last completion
+			// before it, batches of products cost them 44 % (41.7 % against
+			// 52.2 % on an H100).
+			if math.Abs(pair-50) > 3+slack || math.Abs(rs[2].share-50) > 3+slack || math.Abs(pair-rs[2].share) > 4+slack {
+				hc.Errorf("a tenant of two processes beside a tenant of one, 50/50 (spinner %v): %.1f%% / %.1f%% of the device, want 50%% ± 3 each and within 4 points of each other (± %.1f, host delays)", load, pair, rs[2].share, slack)
+			}
+			// Taking turns, one of the two got 6 % of the device, the other 44 %.
+			if min(rs[0].share, rs[1].share) < 20-slack {
+				hc.Errorf("a tenant of two processes beside a tenant of one, 50/50: the two got %.1f%% and %.1f%% of the device, want ≥ 20%% - %.1f each (host delays)", rs[0].share, rs[1].share, slack)
+			}
 		}
 		// Under a cap their bucket is one: a process idle because it is
 		// empty lends nothing, is not taken from and hands nothing over, or
 		// the GPU would change hands at every launch (the pair got 24 % of
 		// a 30 % cap, 7 % on a busy host, with 115,000 hand-overs).
-		e = newEnv(t)
-		a = e.spinnerUnder([]string{"--group", "g-capped", "--compute-max", "30%"}, busy...)
-		b = e.spinnerUnder([]string{"--group", "g-capped"}, busy...)
+		e := newEnv(t)
+		a := e.spinnerUnder([]string{"--group", "g-capped", "--compute-max", "30%"}, busy...)
+		b := e.spinnerUnder([]string{"--group", "g-capped"}, busy...)
 		a.start()
 		b.start()
 		ra, rb := a.result(), b.result()
@@ -437,9 +443,9 @@ func TestATenantsProcessesShareItsTurns(t *testing.T) {
 		e = newEnv(t)
 		a = e.spinnerUnder([]string{"--group", "g-capped-pair", "--compute", "50%", "--compute-max", "50%"}, busy...)
 		b = e.spinnerUnder([]string{"--group", "g-capped-pair"}, busy...)
-		o = e.spinnerUnder([]string{"--group", "g-beside", "--compute", "50%"}, busy...)
-		rs = startAll(a, b, o)
-		slack = handoverLoss(rs...) + awakeLoss(rs[0]) + awakeLoss(rs[1]) + awakeLoss(rs[2])
+		o := e.spinnerUnder([]string{"--group", "g-beside", "--compute", "50%"}, busy...)
+		rs := startAll(a, b, o)
+		slack := handoverLoss(rs...) + awakeLoss(rs[0]) + awakeLoss(rs[1]) + awakeLoss(rs[2])
 		t.Logf("a tenant of two processes capped at 50%% beside a tenant of one at 50%%: %.1f%% + %.1f%% / %.1f%% of the device", rs[0].share, rs[1].share, rs[2].share)
 		if min(rs[0].share, rs[1].share) < 20-slack {
 			hc.Errorf("a tenant of two processes capped at 50%% beside another: the two got %.1f%% and %.1f%% of the device, want ≥ 20%% - %.1f each (host delays)", rs[0].share, rs[1].share, slack)

@@ -164,6 +164,7 @@ var schedLayout = []structSpec{
 		{"preemptions", "Preemptions", "uint64", 0, "times it gave the GPU up early to a higher priority (atomic)"},
 		{"cap_credit", "CapCredit", "int64", 0, "GPU time the cap still allows, ns (atomic)"},
 		{"cap_refilled", "CapRefilled", "uint64", 0, "when cap_credit was last earned"},
+		{"turn_ended_ns", "TurnEndedNs", "uint64", 0, "CLOCK_MONOTONIC until which its last turn was paid: its processes' work that ran on past it into another tenant's is theirs to pay (atomic)"},
 	}},
 	{"fg_sched_header", "Header", "starts a GPU's scheduler region; written once by whoever creates it", []field{
 		{"magic", "Magic", "uint64", 0, "SchedMagic"},
@@ -204,7 +205,7 @@ const (
 
 var schedConsts = []constSpec{
 	{"FG_SCHED_MAGIC", "SchedMagic", 0x444843535847584c}, // "LXGVSCHD" little-endian
-	{"FG_SCHED_VERSION", "SchedVersion", 4},
+	{"FG_SCHED_VERSION", "SchedVersion", 5},
 	{"FG_SCHED_TENANTS", "MaxTenants", schedTenants},
 	{"FG_SCHED_SLOTS", "MaxSlots", schedSlots},
 	{"FG_SCHED_WORDS", "MaskWords", schedWords},
