@@ -3,7 +3,7 @@
 # machine with an NVIDIA driver, nvcc and PyTorch, with build/ made by `make`
 # (`make GOTAGS=nok8s` keeps the CLI small where build/ is copied over):
 #     scripts/gpu-e2e.sh OUTDIR [SECTION...]
-# Sections (default: all): decl counts simmodel hookmap torch bench contended green drvmem quota isolation nvmlprocs mpspods computecap quotabench lonebench ddpshare shares sharetrain sharegroup sharemixed priority prioritygraph suspend remotefamilies
+# Sections (default: all): decl counts simmodel hookmap torch bench contended green drvmem quota isolation nvmlprocs mpspods computecap quotabench lonebench ddpshare shares sharetrain sharegroup sharecombos sharemixed priority prioritygraph suspend remotefamilies
 # (PAIRS="flexgv" runs only some of the priority sections' ways of sharing,
 # PRIORITY_ROUNDS=3 runs them three times over, the request alone in each;
 # REF_SHIM=PATH with PAIRS "ref" and "mpsref" runs flexgv's pairs again in
@@ -23,7 +23,7 @@ set -u -o pipefail
 source "$(dirname "$0")/outdir.sh"
 OUT=$(outdir gpu-e2e "${1:-}") || exit 2
 shift || true
-SECTIONS=${*:-decl counts simmodel hookmap torch bench contended green drvmem quota isolation nvmlprocs mpspods computecap quotabench lonebench ddpshare shares sharetrain sharegroup sharemixed priority prioritygraph suspend remotefamilies}
+SECTIONS=${*:-decl counts simmodel hookmap torch bench contended green drvmem quota isolation nvmlprocs mpspods computecap quotabench lonebench ddpshare shares sharetrain sharegroup sharecombos sharemixed priority prioritygraph suspend remotefamilies}
 ROUNDS=${ROUNDS:-7} # rounds of the throughput benchmarks
 PAIRS=${PAIRS:-timeslice mps mps50 mpsflexgv mpssm mpssm25 flexgv} # how the priority sections share the GPU
 PRIORITY_ROUNDS=${PRIORITY_ROUNDS:-1} # rounds of those pairs, one after another (their ratios compared round by round)
@@ -698,7 +698,18 @@ mkdir -p "$S"
 at() { echo $(($(date +%s) + $1)); } # a start time S seconds from now
 sleep_until() { sleep "$(python3 -c "import time; print(max(0, $1 - time.time()))")"; }
 bounded() { timeout -k 5 $((90 + SHARE_S + TRAIN_S)) "$@" || echo "exit $? after at most $((90 + SHARE_S + TRAIN_S)) s: $*" >>"$S/timeouts.txt"; }
-if want shares || want sharetrain || want sharegroup || want sharemixed || want priority || want prioritygraph; then
+# The scheduler's view 5 and 12 s into a run started at T: hand-overs,
+# each tenant's time held and charged (scripts/gpu/region_dump.py).
+observe() { # NAME T
+    local t
+    for t in 5 12; do
+        sleep_until $(($2 + t)) && "$FLEXGV" top --once >>"$S/top_$1.txt" &&
+            python3 scripts/gpu/region_dump.py "$FLEXGV_STATE_DIR" >>"$S/region_$1.txt"
+    done
+}
+# A group's later processes join it: wait for its first to have made it.
+group_made() { for _ in $(seq 300); do "$FLEXGV" ps | awk 'NR > 1 {print $1}' | grep -qx "$1" && return; sleep 0.1; done; fail "group $1 was not made"; }
+if want shares || want sharetrain || want sharegroup || want sharecombos || want sharemixed || want priority || want prioritygraph; then
     export FLEXGV_STATE_DIR=$WORK/share-state
     bounded python3 $L matmul 5 >"$S/mm_alone.txt"
     bounded python3 $L train 5 >"$S/tr_alone.txt"
@@ -752,11 +763,57 @@ echo "== compute shares: a tenant of two processes beside a tenant of one, 50/50
 T=$(at 20)
 bounded "$FLEXGV" run --group ga --compute 50% -- python3 $L matmul "$TRAIN_S" "$T" >"$S/mm_g1.txt" &
 p1=$!
+group_made ga
 bounded "$FLEXGV" run --group ga -- python3 $L matmul "$TRAIN_S" "$T" >"$S/mm_g2.txt" &
 p2=$!
 bounded "$FLEXGV" run --group gb --compute 50% -- python3 $L matmul "$TRAIN_S" "$T" >"$S/mm_g3.txt" &
 p3=$!
+observe group "$T"
 wait $p1 $p2 $p3
+# the same three processes time-sliced, without flexgv: what three
+# contexts on the GPU together lose to its switches between them
+T=$(at 20) pt=()
+for i in 1 2 3; do
+    bounded python3 $L matmul "$TRAIN_S" "$T" >"$S/mm_t$i.txt" &
+    pt+=($!)
+done
+wait "${pt[@]}"
+fi
+
+if want sharecombos; then
+# Policies combined, matmul each: a capped share beside a share; a capped
+# high priority beside a low one; a tenant of two processes capped at 50 %
+# beside a tenant at 50 %; shares of 30/70 beside a high-priority server
+# (eager inference at half its peak rate).
+echo "== compute shares: policies combined ($(date +%T))"
+combo() { # NAME FLAGS... [:: FLAGS...]...   one matmul tenant per group of flags
+    local name=$1 T=$(at 20) i=0 f=() pids=()
+    shift
+    while [ $# -gt 0 ]; do
+        f=()
+        while [ $# -gt 0 ] && [ "$1" != :: ]; do f+=("$1"); shift; done
+        [ $# -gt 0 ] && shift
+        i=$((i + 1))
+        bounded "$FLEXGV" run "${f[@]}" -- python3 $L matmul "$TRAIN_S" "$T" >"$S/cb_${name}_$i.txt" &
+        pids+=($!)
+        [ "${f[0]}" = --group ] && group_made "${f[1]}"
+    done
+    observe "$name" "$T"
+    wait "${pids[@]}"
+}
+combo capshare --compute 60% --compute-max 60% :: --compute 40%
+combo caphigh --priority high --compute-max 30% :: --priority low
+combo capgroup --group gc --compute 50% --compute-max 50% :: --group gc :: --group gd --compute 50%
+bounded python3 $L peak 5 >"$S/cb_peak.txt"
+rate=$(python3 -c "print(float(open('$S/cb_peak.txt').read()) / 2)")
+T=$(at 20)
+bounded "$FLEXGV" run --priority high -- python3 $L infer "$rate" "$TRAIN_S" "$((T + 1))" >"$S/cb_server_inf.txt" &
+ps=$!
+bounded "$FLEXGV" run --compute 30% -- python3 $L matmul "$TRAIN_S" "$T" >"$S/cb_server_1.txt" &
+p1=$!
+bounded "$FLEXGV" run --compute 70% -- python3 $L matmul "$TRAIN_S" "$T" >"$S/cb_server_2.txt" &
+p2=$!
+wait $ps $p1 $p2
 fi
 
 if want sharemixed; then
@@ -863,7 +920,7 @@ if want prioritygraph; then
     priority_bench infer-graph g_
 fi
 
-if want shares || want sharetrain || want sharegroup || want sharemixed || want priority || want prioritygraph; then
+if want shares || want sharetrain || want sharegroup || want sharecombos || want sharemixed || want priority || want prioritygraph; then
     python3 scripts/gpu/share_report.py "$S" || fail "compute shares off target (above)"
     [ -s "$S/timeouts.txt" ] && cat "$S/timeouts.txt" && fail "share runs timed out"
     unset FLEXGV_STATE_DIR

@@ -90,6 +90,38 @@ if have("mm_g1.txt", "mm_g2.txt", "mm_g3.txt"):
     rows.append(("matmul, a tenant of two processes at 50 % beside a tenant of one at 50 %",
                  f"{g1:.1f}% + {g2:.1f}% / {g3:.1f}% of one alone (together {g1 + g2 + g3:.1f}%)",
                  "± 2 pp a tenant, ≥ 97%"))
+if have("mm_t1.txt", "mm_t2.txt", "mm_t3.txt"):
+    ts = [rate(f"mm_t{i}.txt") / mm * 100 for i in (1, 2, 3)]
+    rows.append(("matmul, three processes time-sliced (no flexgv)",
+                 " / ".join(f"{x:.1f}%" for x in ts) + f" of one alone (together {sum(ts):.1f}%)", ""))
+
+# policies combined (sharecombos): each tenant against matmul alone
+def combo(name, n):
+    return [rate(f"cb_{name}_{i}.txt") / mm * 100 for i in range(1, n + 1)]
+
+
+if have("cb_capshare_1.txt", "cb_capshare_2.txt"):
+    a, b = combo("capshare", 2)
+    bad |= abs(a - 60) > 5 or abs(b - 40) > 5
+    rows.append(("matmul, --compute 60% --compute-max 60% beside --compute 40%",
+                 f"{a:.1f}% / {b:.1f}% of one alone (together {a + b:.1f}%)", "± 2 pp, ≥ 97%"))
+if have("cb_caphigh_1.txt", "cb_caphigh_2.txt"):
+    a, b = combo("caphigh", 2)
+    bad |= abs(a - 30) > 5 or a + b < 90
+    rows.append(("matmul, --priority high --compute-max 30% beside --priority low",
+                 f"{a:.1f}% / {b:.1f}% of one alone (together {a + b:.1f}%)", "30 % ± 2 pp, the low one the rest"))
+if have("cb_capgroup_1.txt", "cb_capgroup_2.txt", "cb_capgroup_3.txt"):
+    a, b, c = combo("capgroup", 3)
+    bad |= abs(a + b - 50) > 5 or abs(c - 50) > 5 or min(a, b) < 15
+    rows.append(("matmul, a tenant of two processes at --compute 50% --compute-max 50% beside --compute 50%",
+                 f"{a:.1f}% + {b:.1f}% / {c:.1f}% of one alone (together {a + b + c:.1f}%)", "± 2 pp a tenant, ≥ 97%"))
+if have("cb_server_1.txt", "cb_server_2.txt", "cb_server_inf.txt"):
+    a, b = combo("server", 2)
+    q50, q99, _ = latency("cb_server_inf.txt")
+    bad |= abs(100 * a / (a + b) - 30) > 5
+    rows.append(("matmul at 30 % and 70 % beside a --priority high server (eager inference, half its peak rate)",
+                 f"{a:.1f}% / {b:.1f}% of one alone: {100 * a / (a + b):.1f} / {100 * b / (a + b):.1f} of what the server leaves; "
+                 f"server p50 {q50:.2f} ms, p99 {q99:.2f} ms", "30/70 of the rest ± 2 pp"))
 
 # (a') mixed kernel lengths at 30/70: each against its own rate alone
 if have("trm_batches.txt"):
