@@ -10,7 +10,8 @@
 # the same rounds with that build of libflexgv.so, to compare two shims;
 # SHARE_S=60 TRAIN_S=60 make the share runs last a minute each; REF_SHIM=PATH
 # also runs sharemixed's pair with that libflexgv.so; SUSPEND_GIB and
-# SUSPEND_STEPS size the suspend section's ballast and training)
+# SUSPEND_STEPS size the suspend section's ballast and training; COMBOS
+# picks sharecombos' runs among capshare caphigh capgroup server)
 # Checks our driver declarations against the real headers, traces CUDA
 # programs built with nvcc (static and shared cudart), checks every hooked
 # variant against the real driver's resolver, runs PyTorch natively and under
@@ -36,6 +37,7 @@ fi
 SHARE_S=${SHARE_S:-24} # seconds of the matmul share run (the change comes halfway)
 TRAIN_S=${TRAIN_S:-15} # seconds of the training share run
 MIX_LONG=${MIX_LONG:-64} MIX_SHORT=${MIX_SHORT:-4} # sharemixed's batches: long kernels at 30 %, short at 70 %
+COMBOS=${COMBOS:-capshare caphigh capgroup server} # sharecombos' runs
 want() { [[ " $SECTIONS " == *" $1 "* ]]; }
 ROOT=$(pwd)
 CUDA=${CUDA_HOME:-/usr/local/cuda}
@@ -788,6 +790,7 @@ if want sharecombos; then
 echo "== compute shares: policies combined ($(date +%T))"
 combo() { # NAME FLAGS... [:: FLAGS...]...   one matmul tenant per group of flags
     local name=$1 T=$(at 20) i=0 f=() pids=()
+    [[ " $COMBOS " == *" $name "* ]] || return 0
     shift
     while [ $# -gt 0 ]; do
         f=()
@@ -804,16 +807,18 @@ combo() { # NAME FLAGS... [:: FLAGS...]...   one matmul tenant per group of flag
 combo capshare --compute 60% --compute-max 60% :: --compute 40%
 combo caphigh --priority high --compute-max 30% :: --priority low
 combo capgroup --group gc --compute 50% --compute-max 50% :: --group gc :: --group gd --compute 50%
-bounded python3 $L peak 5 >"$S/cb_peak.txt"
-rate=$(python3 -c "print(float(open('$S/cb_peak.txt').read()) / 2)")
-T=$(at 20)
-bounded "$FLEXGV" run --priority high -- python3 $L infer "$rate" "$TRAIN_S" "$((T + 1))" >"$S/cb_server_inf.txt" &
-ps=$!
-bounded "$FLEXGV" run --compute 30% -- python3 $L matmul "$TRAIN_S" "$T" >"$S/cb_server_1.txt" &
-p1=$!
-bounded "$FLEXGV" run --compute 70% -- python3 $L matmul "$TRAIN_S" "$T" >"$S/cb_server_2.txt" &
-p2=$!
-wait $ps $p1 $p2
+if [[ " $COMBOS " == *" server "* ]]; then
+    bounded python3 $L peak 5 >"$S/cb_peak.txt"
+    rate=$(python3 -c "print(float(open('$S/cb_peak.txt').read()) / 2)")
+    T=$(at 20)
+    bounded "$FLEXGV" run --priority high -- python3 $L infer "$rate" "$TRAIN_S" "$((T + 1))" >"$S/cb_server_inf.txt" &
+    ps=$!
+    bounded "$FLEXGV" run --compute 30% -- python3 $L matmul "$TRAIN_S" "$T" >"$S/cb_server_1.txt" &
+    p1=$!
+    bounded "$FLEXGV" run --compute 70% -- python3 $L matmul "$TRAIN_S" "$T" >"$S/cb_server_2.txt" &
+    p2=$!
+    wait $ps $p1 $p2
+fi
 fi
 
 if want sharemixed; then
