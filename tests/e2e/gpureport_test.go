@@ -235,6 +235,12 @@ func TestMatrixReportJudgesWithinARound(t *testing.T) {
 			put("priority/infer+matmul/"+m+"/"+r+"/req.txt", latFrom(v[0]/float64(k), v[1]/float64(k), 1000))
 			put("priority/infer+matmul/"+m+"/"+r+"/trn.txt", rateFrom(int(v[2])*k, 1000))
 		}
+		// time-slicing leaves the request unserved: its queue grows
+		put("alone/conv/"+r+".txt", rate(50*k))
+		for m, v := range map[string][3]float64{"timeslice": {1500, 1800, 40}, "flexgv": {5.5, 7, 20}} {
+			put("priority/infer+conv/"+m+"/"+r+"/req.txt", latFrom(v[0]/float64(k), v[1]/float64(k), 1000))
+			put("priority/infer+conv/"+m+"/"+r+"/trn.txt", rateFrom(int(v[2])*k, 1000))
+		}
 	}
 	// the request's rate given (MATRIX_PER_S), no peak measured beside it
 	put("rate.txt", "0.5\n")
@@ -245,6 +251,8 @@ func TestMatrixReportJudgesWithinARound(t *testing.T) {
 		"| matmul / train4 | 50.0 / 50.0 (100 %) | 30.0 / 70.0 (100 %), error 0.0 pp | — | 26.0 / 60.0 (86 %), error 7.0 pp | — | met: error 0.0 pp, together 1.00 of time-slicing's |",
 		"| infer / matmul | p50 1.10×, p99 1.33×; trainer 0.60 | p50 1.04×, p99 1.10×; trainer 0.50 |",
 		"missed: p50 0.95, p99 0.82, trainer 0.83 of time-slicing's; under MPS met: p99 1.05×, trainer 0.85 |",
+		"| infer / conv | grows (p50 300×); trainer 0.80 | p50 1.10×, p99 1.17×; trainer 0.40 |",
+		"| missed: time-slicing lets the request's queue grow, trainer 0.50 of time-slicing's |",
 	} {
 		if code != 0 || !strings.Contains(out, want) {
 			t.Errorf("matrix_report.py: exit %d, does not say %q:\n%s", code, want, out)
