@@ -510,6 +510,7 @@ func (s *Server) start(ctx context.Context, c net.Conn, key string, pc *pendingC
 	}
 	defer os.RemoveAll(tmp)
 	cmd.Env = append(cmd.Env, "TMPDIR="+tmp)
+	cgDone := func() {}
 	if s.Cgroups != nil {
 		s.mu.Lock()
 		cg, done, err := s.Cgroups.make()
@@ -519,6 +520,7 @@ func (s *Server) start(ctx context.Context, c net.Conn, key string, pc *pendingC
 			return
 		}
 		defer done()
+		cgDone = done
 		cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cg.Fd())
 	}
 	if s.GPUs != "" {
@@ -567,6 +569,10 @@ func (s *Server) start(ctx context.Context, c net.Conn, key string, pc *pendingC
 	if err != nil {
 		how = err.Error()
 	}
+	// Its folder and cgroup go before it is said to have ended: who reads
+	// that finds nothing of it left (the deferred removals came after).
+	os.RemoveAll(tmp)
+	cgDone()
 	s.logf("%s: executor pid %d ended (%s)", who, pid, how)
 }
 
