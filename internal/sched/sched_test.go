@@ -200,8 +200,8 @@ func TestJoinWithGarbageShares(t *testing.T) {
 	}
 }
 
-// scripts/gpu/region_dump.py reads regions with offsets of its own: it must
-// print what the generated layout holds.
+// scripts/gpu/region_dump.py reads regions by the generated offsets of
+// scripts/gpu/sched_layout_gen.py: it must print what the region holds.
 func TestRegionDumpScriptAgrees(t *testing.T) {
 	if testing.Short() {
 		t.Skip("takes many seconds: make test runs it, make check (go test -short) does not")

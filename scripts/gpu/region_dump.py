@@ -6,37 +6,41 @@ its host its requests are, and how many of its processes are MPS clients
 
     python3 scripts/gpu/region_dump.py [STATE_DIR]
 
-The layout is include/flexgv/sched_layout_gen.h's (version 5)."""
+The layout is scripts/gpu/sched_layout_gen.py's, generated with
+include/flexgv/sched_layout_gen.h."""
 import glob
 import os
 import struct
 import sys
 
-HEADER = 176  # bytes before the tenants
-TENANT = 144  # bytes of one tenant
-TENANTS = 128  # FG_SCHED_TENANTS
-SLOT = 40  # bytes of one process slot
-SLOTS = 256  # FG_SCHED_SLOTS
+from sched_layout_gen import SCHED_HEADER, SCHED_SLOT, SCHED_SLOT_CLAIMED, SCHED_SLOTS, SCHED_TENANT, SCHED_TENANTS
+
 FULL = 10000  # 100 % in hundredths of a percent
+SLOTS_AT = SCHED_HEADER["SIZE"]  # the process slots follow the header
+
+
+def get(b, layout, base, name):
+    """The field `name` of the struct laid out by `layout` at byte `base`."""
+    off, fmt = layout[name]
+    return struct.unpack_from(fmt, b, base + off)[0]
 
 
 def dump(path):
     b = open(path, "rb").read()
-    quantum, = struct.unpack_from("<I", b, 12)
-    switches, = struct.unpack_from("<Q", b, 160)
-    out = [f"quantum_us {quantum} switches {switches}"]
+    out = [f"quantum_us {get(b, SCHED_HEADER, 0, 'quantum_us')} switches {get(b, SCHED_HEADER, 0, 'switches')}"]
     mps = {}  # tenant index -> claimed slots that are MPS clients
-    for i in range(SLOTS):
-        state, _pid, tenant, _inflight, client = struct.unpack_from("<IiIII", b, HEADER + TENANT * TENANTS + SLOT * i)
-        if state == 1 and client == 1:
-            mps[tenant] = mps.get(tenant, 0) + 1
-    for i in range(TENANTS):
-        o = HEADER + TENANT * i
-        name = b[o:o + 64].split(b"\0")[0].decode(errors="replace")
+    for i in range(SCHED_SLOTS):
+        o = SLOTS_AT + SCHED_SLOT["SIZE"] * i
+        if get(b, SCHED_SLOT, o, "state") == SCHED_SLOT_CLAIMED and get(b, SCHED_SLOT, o, "mps") == 1:
+            t = get(b, SCHED_SLOT, o, "tenant")
+            mps[t] = mps.get(t, 0) + 1
+    for i in range(SCHED_TENANTS):
+        o = SCHED_HEADER["tenants"][0] + SCHED_TENANT["SIZE"] * i
+        name = get(b, SCHED_TENANT, o, "name").split(b"\0")[0].decode(errors="replace")
         if not name:
             continue
-        share, _cap, _prio, host_bound = struct.unpack_from("<4I", b, o + 64)
-        vtime, held, waited, _pre = struct.unpack_from("<4Q", b, o + 88)
+        share, host_bound = get(b, SCHED_TENANT, o, "share"), get(b, SCHED_TENANT, o, "host_bound")
+        vtime, held, waited = (get(b, SCHED_TENANT, o, f) for f in ("vtime", "held_ns", "waited_ns"))
         charged = vtime * share / FULL / 1e6 if share else 0
         out.append(f"{name} share {share} held {held / 1e6:.0f} ms charged {charged:.0f} ms waited {waited / 1e6:.0f} ms"
                    f" host-bound {host_bound / FULL:.2f} mps {mps.get(i, 0)}")

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/flexgv/flexgv/internal/sched"
 )
 
 // The committed generated files must be what the tables generate.
@@ -325,5 +328,26 @@ func TestRemoteBareRefusal(t *testing.T) {
 	}
 	if h := emitRemoteProto(entries); strings.Contains(h, "cuGreenCtxCreate") {
 		t.Errorf("declared:\n%s", h)
+	}
+}
+
+// The offsets given to Python readers (emitLayoutPy) are the ones the Go
+// mirror of the scheduler's region has, and so the C struct's (checked
+// against each other elsewhere).
+func TestPythonLayoutMatchesGo(t *testing.T) {
+	types := map[string]reflect.Type{"Tenant": reflect.TypeOf(sched.Tenant{}), "Header": reflect.TypeOf(sched.Header{}),
+		"Slot": reflect.TypeOf(sched.Slot{})}
+	l := layouts[2]
+	for _, s := range l.Structs {
+		rt := types[s.Go]
+		offs, size, _ := fieldOffsets(l, s)
+		if uintptr(size) != rt.Size() {
+			t.Errorf("%s: size %d, Go's %d", s.Go, size, rt.Size())
+		}
+		for i, f := range s.Fields {
+			if gf, ok := rt.FieldByName(f.Go); !ok || gf.Offset != uintptr(offs[i]) {
+				t.Errorf("%s.%s: offset %d, Go's %d (%v)", s.Go, f.Go, offs[i], gf.Offset, ok)
+			}
+		}
 	}
 }

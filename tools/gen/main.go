@@ -90,6 +90,9 @@ func generate(root string) (map[string][]byte, error) {
 	for _, l := range layouts {
 		files[l.CHeader] = []byte(emitLayoutC(l))
 		files[l.GoFile] = []byte(emitLayoutGo(l))
+		if l.PyFile != "" {
+			files[l.PyFile] = []byte(emitLayoutPy(l))
+		}
 	}
 	for p, src := range files {
 		if filepath.Ext(p) == ".go" {
