@@ -1,9 +1,11 @@
 package sched
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -243,5 +245,20 @@ func TestRegionDumpScriptAgrees(t *testing.T) {
 		"beta share 7000 held 2500 ms charged 2100 ms waited 700 ms host-bound 0.00 mps 2\n", hdr.QuantumUs)
 	if err != nil || string(out) != want {
 		t.Errorf("region_dump.py: %v\n%s\nwant\n%s", err, out, want)
+	}
+	// A region cut short, or of another version, is said to be, not read.
+	bad := t.TempDir()
+	short := append([]byte(nil), mem[:100]...)
+	other := append([]byte(nil), mem...)
+	binary.LittleEndian.PutUint32(other[8:], SchedVersion-1)
+	for name, b := range map[string][]byte{"gpu-short": short, "gpu-other": other} {
+		if err := os.WriteFile(filepath.Join(bad, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err = exec.Command(py, "../../scripts/gpu/region_dump.py", bad).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "gpu-short: 100 bytes, a region has") ||
+		!strings.Contains(string(out), fmt.Sprintf("gpu-other: magic 0x%x version %d, not a region of version %d", SchedMagic, SchedVersion-1, SchedVersion)) {
+		t.Errorf("region_dump.py over a short region and one of another version: %v\n%s", err, out)
 	}
 }

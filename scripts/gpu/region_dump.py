@@ -13,7 +13,8 @@ import os
 import struct
 import sys
 
-from sched_layout_gen import SCHED_HEADER, SCHED_SLOT, SCHED_SLOT_CLAIMED, SCHED_SLOTS, SCHED_TENANT, SCHED_TENANTS
+from sched_layout_gen import (SCHED_HEADER, SCHED_MAGIC, SCHED_SLOT, SCHED_SLOT_CLAIMED, SCHED_SLOTS, SCHED_TENANT,
+                              SCHED_TENANTS, SCHED_VERSION)
 
 FULL = 10000  # 100 % in hundredths of a percent
 SLOTS_AT = SCHED_HEADER["SIZE"]  # the process slots follow the header
@@ -27,6 +28,13 @@ def get(b, layout, base, name):
 
 def dump(path):
     b = open(path, "rb").read()
+    # a region of another layout (an older shim's) or cut short reads as garbage
+    want = SLOTS_AT + SCHED_SLOT["SIZE"] * SCHED_SLOTS
+    if len(b) < want:
+        return f"{path}: {len(b)} bytes, a region has {want} at least"
+    magic, version = get(b, SCHED_HEADER, 0, "magic"), get(b, SCHED_HEADER, 0, "version")
+    if magic != SCHED_MAGIC or version != SCHED_VERSION:
+        return f"{path}: magic 0x{magic:x} version {version}, not a region of version {SCHED_VERSION}"
     out = [f"quantum_us {get(b, SCHED_HEADER, 0, 'quantum_us')} switches {get(b, SCHED_HEADER, 0, 'switches')}"]
     mps = {}  # tenant index -> claimed slots that are MPS clients
     for i in range(SCHED_SLOTS):
