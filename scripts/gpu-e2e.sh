@@ -38,6 +38,10 @@ SHARE_S=${SHARE_S:-24} # seconds of the matmul share run (the change comes halfw
 TRAIN_S=${TRAIN_S:-15} # seconds of the training share run
 MIX_LONG=${MIX_LONG:-64} MIX_SHORT=${MIX_SHORT:-4} # sharemixed's batches: long kernels at 30 %, short at 70 %
 COMBOS=${COMBOS:-capshare caphigh capgroup server} # sharecombos' runs
+for c in $COMBOS; do
+    [[ " capshare caphigh capgroup server " == *" $c "* ]] ||
+        { echo "COMBOS: unknown run $c (capshare caphigh capgroup server)"; exit 2; }
+done
 want() { [[ " $SECTIONS " == *" $1 "* ]]; }
 ROOT=$(pwd)
 CUDA=${CUDA_HOME:-/usr/local/cuda}

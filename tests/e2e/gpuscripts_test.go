@@ -92,3 +92,24 @@ func TestGPUMatrixRefusesBadSettings(t *testing.T) {
 		}
 	}
 }
+
+// So does the end-to-end script, for the settings it takes.
+func TestGPUE2ERefusesBadSettings(t *testing.T) {
+	t.Parallel()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct{ env, says string }{
+		{"COMBOS=caphigh capall", "COMBOS: unknown run capall"},
+		{"PRIORITY_ROUNDS=0", "PRIORITY_ROUNDS=0: give a whole number from 1"},
+	} {
+		cmd := exec.Command("bash", filepath.Join("scripts", "gpu-e2e.sh"), filepath.Join(t.TempDir(), "out"), "sharecombos")
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), c.env)
+		r := runCmd(t, cmd)
+		if r.code != 2 || !strings.Contains(r.stdout+r.stderr, c.says) {
+			t.Errorf("gpu-e2e.sh with %s: exit %d, %q; want 2 and %q", c.env, r.code, r.stdout+r.stderr, c.says)
+		}
+	}
+}
