@@ -67,11 +67,7 @@ func TestGPUScriptsKeepTheirLogsOutOfTheRepository(t *testing.T) {
 // load: each with a message that names it, and exit 2.
 func TestGPUMatrixRefusesBadSettings(t *testing.T) {
 	t.Parallel()
-	root, err := filepath.Abs(filepath.Join("..", ".."))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range []struct{ env, says string }{
+	refusesBadSettings(t, []string{"gpu-matrix.sh"}, []struct{ env, says string }{
 		{"MATRIX_WARM=0", "MATRIX_WARM=0: give whole numbers from 1"},
 		{"MATRIX_WARM=soon", "MATRIX_WARM=soon: give whole numbers from 1"},
 		{"MATRIX_S=1.5", "MATRIX_S=1.5"},
@@ -82,34 +78,34 @@ func TestGPUMatrixRefusesBadSettings(t *testing.T) {
 		{"MECHANISMS=vgpu", "unknown way of sharing vgpu"},
 		{"SHARE_PAIRS=matmul:bert", "pair matmul:bert: give LOAD:LOAD"},
 		{"PRIORITY_PAIRS=matmul:infer", "PRIORITY_PAIRS: matmul:infer is not REQUEST:TRAINER"},
-	} {
-		cmd := exec.Command("bash", filepath.Join("scripts", "gpu-matrix.sh"), filepath.Join(t.TempDir(), "out"))
-		cmd.Dir = root
-		cmd.Env = append(os.Environ(), c.env)
-		r := runCmd(t, cmd)
-		if r.code != 2 || !strings.Contains(r.stdout+r.stderr, c.says) {
-			t.Errorf("gpu-matrix.sh with %s: exit %d, %q; want 2 and %q", c.env, r.code, r.stdout+r.stderr, c.says)
-		}
-	}
+	})
 }
 
 // So does the end-to-end script, for the settings it takes.
 func TestGPUE2ERefusesBadSettings(t *testing.T) {
 	t.Parallel()
+	refusesBadSettings(t, []string{"gpu-e2e.sh", "sharecombos"}, []struct{ env, says string }{
+		{"COMBOS=caphigh capall", "COMBOS: unknown run capall"},
+		{"PRIORITY_ROUNDS=0", "PRIORITY_ROUNDS=0: give a whole number from 1"},
+	})
+}
+
+// refusesBadSettings runs scripts/SCRIPT OUTDIR ARGS... (script: SCRIPT
+// and ARGS) once a case, with its setting, and wants exit 2 and what it says.
+func refusesBadSettings(t *testing.T, script []string, cases []struct{ env, says string }) {
+	t.Helper()
 	root, err := filepath.Abs(filepath.Join("..", ".."))
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range []struct{ env, says string }{
-		{"COMBOS=caphigh capall", "COMBOS: unknown run capall"},
-		{"PRIORITY_ROUNDS=0", "PRIORITY_ROUNDS=0: give a whole number from 1"},
-	} {
-		cmd := exec.Command("bash", filepath.Join("scripts", "gpu-e2e.sh"), filepath.Join(t.TempDir(), "out"), "sharecombos")
+	for _, c := range cases {
+		args := append([]string{filepath.Join("scripts", script[0]), filepath.Join(t.TempDir(), "out")}, script[1:]...)
+		cmd := exec.Command("bash", args...)
 		cmd.Dir = root
 		cmd.Env = append(os.Environ(), c.env)
 		r := runCmd(t, cmd)
 		if r.code != 2 || !strings.Contains(r.stdout+r.stderr, c.says) {
-			t.Errorf("gpu-e2e.sh with %s: exit %d, %q; want 2 and %q", c.env, r.code, r.stdout+r.stderr, c.says)
+			t.Errorf("%s with %s: exit %d, %q; want 2 and %q", script[0], c.env, r.code, r.stdout+r.stderr, c.says)
 		}
 	}
 }
