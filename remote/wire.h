@@ -81,6 +81,10 @@ enum {
     FGR_NVML_MAX_CLOCK,     /* nvmlDeviceGetMaxClockInfo, MHz */
     FGR_NVML_FAN,           /* nvmlDeviceGetFanSpeed, % */
     FGR_NVML_PSTATE,        /* nvmlDeviceGetPerformanceState */
+    FGR_NVML_POWER_MGMT,    /* nvmlDeviceGetPowerManagementLimit, mW */
+    FGR_NVML_PERSISTENCE,   /* nvmlDeviceGetPersistenceMode, an nvmlEnableState_t */
+    FGR_NVML_COMPUTE_MODE,  /* nvmlDeviceGetComputeMode, an nvmlComputeMode_t */
+    FGR_NVML_MIG_MODE,      /* nvmlDeviceGetMigMode: the current mode (argument 0) or the pending one (1) */
     FGR_NVML_READINGS
 };
 

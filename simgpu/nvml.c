@@ -301,6 +301,59 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetEnforcedPowerLimit(nvmlDevice_t device, uns
     return NVML_SUCCESS;
 }
 
+/* The software power limit: the enforced one, as no one set another. */
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int *limit)
+{
+    return nvmlDeviceGetEnforcedPowerLimit(device, limit);
+}
+
+/* Where the device sits: bus index + 1, as cuDeviceGetPCIBusId says; the
+ * simulation has no PCI vendor or subsystem ids (0, as the remoting
+ * client's NVML, which CUDA does not tell them, answers too). */
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetPciInfo_v3(nvmlDevice_t device, nvmlPciInfo_t *pci)
+{
+    DEVICE_ARG(device, d);
+    if (!pci)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    unsigned char bus = (unsigned char)(d + 1);
+    *pci = (nvmlPciInfo_t){.bus = bus};
+    snprintf(pci->busIdLegacy, sizeof pci->busIdLegacy, NVML_DEVICE_PCI_BUS_ID_LEGACY_FMT, 0u, bus, 0u);
+    snprintf(pci->busId, sizeof pci->busId, NVML_DEVICE_PCI_BUS_ID_FMT, 0u, bus, 0u);
+    return NVML_SUCCESS;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, int *major, int *minor)
+{
+    DEVICE_ARG(device, d);
+    (void)d;
+    if (!major || !minor)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *major = 9, *minor = 0; /* as cuDeviceGetAttribute says */
+    return NVML_SUCCESS;
+}
+
+/* A simulated device keeps no state between processes to persist, and
+ * takes every process (cuDeviceGetAttribute's compute mode 0). */
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t *mode)
+{
+    DEVICE_ARG(device, d);
+    (void)d;
+    if (!mode)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *mode = NVML_FEATURE_DISABLED;
+    return NVML_SUCCESS;
+}
+
+SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t *mode)
+{
+    DEVICE_ARG(device, d);
+    (void)d;
+    if (!mode)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    *mode = NVML_COMPUTEMODE_DEFAULT;
+    return NVML_SUCCESS;
+}
+
 static nvmlReturn_t clock_mhz(nvmlClockType_t type, int busy, unsigned int *clock)
 {
     static const unsigned top[NVML_CLOCK_COUNT] = {1500, 1500, 2600, 1200}, idle[NVML_CLOCK_COUNT] = {345, 345, 2600, 765};

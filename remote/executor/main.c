@@ -161,26 +161,34 @@ struct server_nvml {
     nvmlReturn_t (*version)(char *, unsigned int);
     nvmlReturn_t (*procs)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *);
     nvmlReturn_t (*p2p)(nvmlDevice_t, nvmlDevice_t, nvmlGpuP2PCapsIndex_t, nvmlGpuP2PStatus_t *);
-    /* the readings of fgrNvmlReading, by FGR_NVML_*: with an argument
-     * (a sensor or clock type) or without */
+    /* the readings of fgrNvmlReading, by FGR_NVML_*, of the three forms
+     * readings[] names */
     union {
         nvmlReturn_t (*with)(nvmlDevice_t, unsigned int, unsigned int *);
         nvmlReturn_t (*plain)(nvmlDevice_t, unsigned int *);
+        nvmlReturn_t (*pair)(nvmlDevice_t, unsigned int *, unsigned int *);
     } reading[FGR_NVML_READINGS];
 };
 
-/* Each reading's NVML function, and whether it takes an argument. */
+/* Each reading's NVML function, and whether it takes an argument
+ * (ARG_IN) or gives two values, the argument picking one (ARG_PICKS). */
+enum { ARG_NONE, ARG_IN, ARG_PICKS };
 static const struct {
     const char *name;
-    int with_arg;
+    int arg;
 } readings[FGR_NVML_READINGS] = {
-    [FGR_NVML_TEMPERATURE] = {"nvmlDeviceGetTemperature", 1},
-    [FGR_NVML_POWER] = {"nvmlDeviceGetPowerUsage", 0},
-    [FGR_NVML_POWER_LIMIT] = {"nvmlDeviceGetEnforcedPowerLimit", 0},
-    [FGR_NVML_CLOCK] = {"nvmlDeviceGetClockInfo", 1},
-    [FGR_NVML_MAX_CLOCK] = {"nvmlDeviceGetMaxClockInfo", 1},
-    [FGR_NVML_FAN] = {"nvmlDeviceGetFanSpeed", 0},
-    [FGR_NVML_PSTATE] = {"nvmlDeviceGetPerformanceState", 0}, /* an nvmlPstates_t, an int's size */
+    [FGR_NVML_TEMPERATURE] = {"nvmlDeviceGetTemperature", ARG_IN},
+    [FGR_NVML_POWER] = {"nvmlDeviceGetPowerUsage", ARG_NONE},
+    [FGR_NVML_POWER_LIMIT] = {"nvmlDeviceGetEnforcedPowerLimit", ARG_NONE},
+    [FGR_NVML_CLOCK] = {"nvmlDeviceGetClockInfo", ARG_IN},
+    [FGR_NVML_MAX_CLOCK] = {"nvmlDeviceGetMaxClockInfo", ARG_IN},
+    [FGR_NVML_FAN] = {"nvmlDeviceGetFanSpeed", ARG_NONE},
+    /* enums, each an int's size */
+    [FGR_NVML_PSTATE] = {"nvmlDeviceGetPerformanceState", ARG_NONE},
+    [FGR_NVML_POWER_MGMT] = {"nvmlDeviceGetPowerManagementLimit", ARG_NONE},
+    [FGR_NVML_PERSISTENCE] = {"nvmlDeviceGetPersistenceMode", ARG_NONE},
+    [FGR_NVML_COMPUTE_MODE] = {"nvmlDeviceGetComputeMode", ARG_NONE},
+    [FGR_NVML_MIG_MODE] = {"nvmlDeviceGetMigMode", ARG_PICKS},
 };
 
 static const struct server_nvml *server_nvml(void)
@@ -313,8 +321,14 @@ static CUresult nvml_reading(CUdevice dev, unsigned int what, unsigned int arg, 
     CUresult r = nvml_device(nv, dev, &d);
     if (r != CUDA_SUCCESS)
         return r;
-    unsigned int v = 0;
-    nvmlReturn_t nr = readings[what].with_arg ? nv->reading[what].with(d, arg, &v) : nv->reading[what].plain(d, &v);
+    unsigned int v = 0, two[2] = {0, 0};
+    if (readings[what].arg == ARG_PICKS && arg > 1)
+        return CUDA_ERROR_INVALID_VALUE;
+    nvmlReturn_t nr = readings[what].arg == ARG_IN  ? nv->reading[what].with(d, arg, &v)
+                      : readings[what].arg == ARG_NONE ? nv->reading[what].plain(d, &v)
+                                                     : nv->reading[what].pair(d, &two[0], &two[1]);
+    if (readings[what].arg == ARG_PICKS)
+        v = two[arg];
     if (nr == NVML_ERROR_INVALID_ARGUMENT)
         return CUDA_ERROR_INVALID_VALUE;
     if (nr == NVML_SUCCESS)

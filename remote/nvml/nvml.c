@@ -411,8 +411,8 @@ FGN_EXPORT nvmlReturn_t nvmlDeviceGetP2PStatus(nvmlDevice_t device1, nvmlDevice_
 }
 
 /* Readings of the server's NVML (through the client's own operation):
- * what monitors ask of a GPU, its temperature, power, clocks, fan and
- * performance state. */
+ * what monitors ask of a GPU (its temperature, power and limits, clocks,
+ * fan, performance state) and the modes nvidia-smi shows. */
 CUresult fgrNvmlReading(CUdevice dev, unsigned int what, unsigned int arg, unsigned int *value);
 
 static nvmlReturn_t reading(nvmlDevice_t device, unsigned int what, unsigned int arg, unsigned int *value)
@@ -473,6 +473,39 @@ FGN_EXPORT nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t device, nvmlP
     if (r == NVML_SUCCESS)
         *pState = (nvmlPstates_t)v;
     return r;
+}
+
+FGN_EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int *limit)
+{
+    return reading(device, FGR_NVML_POWER_MGMT, 0, limit);
+}
+
+/* The enumerations below come back as the unsigned int the server's NVML
+ * wrote (each an int's size). */
+FGN_EXPORT nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t *mode)
+{
+    unsigned int v = 0;
+    nvmlReturn_t r = reading(device, FGR_NVML_PERSISTENCE, 0, mode ? &v : NULL);
+    if (r == NVML_SUCCESS)
+        *mode = (nvmlEnableState_t)v;
+    return r;
+}
+
+FGN_EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t *mode)
+{
+    unsigned int v = 0;
+    nvmlReturn_t r = reading(device, FGR_NVML_COMPUTE_MODE, 0, mode ? &v : NULL);
+    if (r == NVML_SUCCESS)
+        *mode = (nvmlComputeMode_t)v;
+    return r;
+}
+
+FGN_EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode)
+{
+    if (!currentMode || !pendingMode)
+        return NVML_ERROR_INVALID_ARGUMENT;
+    nvmlReturn_t r = reading(device, FGR_NVML_MIG_MODE, 0, currentMode);
+    return r == NVML_SUCCESS ? reading(device, FGR_NVML_MIG_MODE, 1, pendingMode) : r;
 }
 
 /* What the client's executor holds on a device, as the server's NVML
