@@ -138,7 +138,8 @@ REMOTE_HDRS   := $(wildcard remote/*.h remote/client/*.h remote/executor/*.h) $(
 REMOTE_CLIENT := remote/wire.c remote/ring.c remote/sha256.c $(wildcard remote/client/*.c)
 REMOTE_EXEC   := remote/wire.c remote/ring.c remote/sha256.c $(wildcard remote/executor/*.c)
 remote: $(BUILD)/remote/libcuda.so.1 $(BUILD)/remote/libnvidia-ml.so.1 $(BUILD)/remote/flexgv-executor \
-	$(BUILD)/remote/libnvcuvid.so.1 $(BUILD)/bench/executor-checks $(BUILD)/asan/remote/libcuda.so.1 $(BUILD)/asan/memclient
+	$(BUILD)/remote/libnvcuvid.so.1 $(BUILD)/remote/bin/nvidia-smi $(BUILD)/bench/executor-checks \
+	$(BUILD)/asan/remote/libcuda.so.1 $(BUILD)/asan/memclient
 # The executor's decoding without its connection (bench/executor-checks.sh),
 # built with the rest so that it keeps up with the executor's files.
 EXEC_CHECKS   := bench/executor_checks.c remote/wire.c remote/sha256.c \
@@ -189,6 +190,12 @@ $(BUILD)/remote/libnvcuvid.so.1: remote/novideo/libnvcuvid.c
 	$(CC) -shared -o $(@D)/.novideo/$(NOVIDEO) -Wl,-soname,$(NOVIDEO) -x c /dev/null
 	$(CC) $(CFLAGS) -fPIC -shared -Wl,-soname,libnvcuvid.so.1 -Wl,--no-as-needed -o $@ $< $(@D)/.novideo/$(NOVIDEO)
 	rm -rf $(@D)/.novideo
+
+# nvidia-smi of remote GPUs (NVIDIA's refuses the client's NVML): on the
+# PATH of flexgv run --remote, at /usr/bin/nvidia-smi in remote pods.
+$(BUILD)/remote/bin/nvidia-smi: remote/smi/nvidia_smi.c
+	@mkdir -p $(@D)
+	$(CC) $(CFLAGS) $(WARN) $(INCS) -o $@ $< -ldl
 
 $(BUILD)/remote/flexgv-executor: $(REMOTE_EXEC) $(REMOTE_HDRS)
 	@mkdir -p $(@D)

@@ -27,7 +27,7 @@
 # torch.compile, CuPy and JAX (triton_add, torch_compile, cupy_check,
 # jax_check); and measurements: round trips per
 # training step remotely and natively (torch-trips), host-to-device and
-# device-to-host bandwidth (h2d), the client's NVML (nvml), module images
+# device-to-host bandwidth (h2d), the client's NVML and nvidia-smi (nvml), module images
 # kept over TCP (modules), device memory placed by the client (arena), a
 # tenant's quota with its executor unprivileged (tenant), executors' host
 # memory bounded by a cgroup (cgroup), and DDP over NCCL with one rank
@@ -331,6 +331,22 @@ if wanted nvml; then
         *) fail "NVML over ${addr%%://*}://: ${util:-no answer}" ;;
         esac
     done
+    # FlexGV's nvidia-smi on the driver's NVML against NVIDIA's: the same
+    # lines for the fields that do not move, in each CSV form, and -L.
+    SMI_FIXED=index,count,name,uuid,driver_version,pci.bus_id,pci.domain,pci.bus,pci.device,pci.device_id,pci.sub_device_id,compute_cap,persistence_mode,compute_mode,memory.total,power.limit,enforced.power.limit,clocks.max.sm,clocks.max.memory,clocks.max.graphics,fan.speed,serial
+    for args in "--query-gpu=$SMI_FIXED --format=csv" "--query-gpu=$SMI_FIXED --format=csv,noheader,nounits" \
+        "--query-gpu=memory.total,power.limit --format=csv,nounits" "-L" \
+        "--query-compute-apps=pid,process_name,used_gpu_memory --format=csv"; do
+        theirs=$(env -u LD_LIBRARY_PATH nvidia-smi $args 2>&1)
+        ours=$(env -u LD_LIBRARY_PATH timeout "$LIMIT" "$B/remote/bin/nvidia-smi" $args 2>&1)
+        if [ "$theirs" = "$ours" ]; then
+            pass "nvidia-smi $args natively: as NVIDIA's"
+        else
+            fail "nvidia-smi $args natively: '$ours', NVIDIA's '$theirs'"
+        fi
+    done
+    env -u LD_LIBRARY_PATH nvidia-smi | sed 's|^|NVIDIA nvidia-smi: |'
+    env -u LD_LIBRARY_PATH "$B/remote/bin/nvidia-smi" | sed 's|^|FlexGV nvidia-smi: |'
     # The readings monitors ask, against the same program on the real NVML:
     # the same answers and refusals, the same fixed values (power limit,
     # maximum clocks), a temperature within 5 degrees.
@@ -364,17 +380,22 @@ PY
         else
             fail "NVML readings over ${addr%%://*}://: $why"
         fi
-        # nvidia-smi itself, through the client's NVML.
-        q=name,uuid,memory.total,clocks.max.sm,power.limit
-        native=$(env -u LD_LIBRARY_PATH nvidia-smi --query-gpu=$q --format=csv,noheader -i 0 2>&1)
-        remote=$(FLEXGV_REMOTE=$addr LD_LIBRARY_PATH="$B/remote" timeout "$LIMIT" nvidia-smi --query-gpu=$q --format=csv,noheader -i 0 2>&1)
+        # FlexGV's nvidia-smi through the client's NVML (NVIDIA's refuses
+        # it): the fields that do not move, as NVIDIA's prints them natively.
+        # Not the PCI device ids and the serial number (CUDA does not tell
+        # them), nor the memory (the tenant's view, as CUDA gives it).
+        q=${SMI_FIXED/,pci.device_id,pci.sub_device_id/}
+        q=${q/,memory.total/}
+        q=${q/,serial/}
+        native=$(env -u LD_LIBRARY_PATH nvidia-smi --query-gpu=$q --format=csv -i 0 2>&1)
+        remote=$(FLEXGV_REMOTE=$addr LD_LIBRARY_PATH="$B/remote" timeout "$LIMIT" "$B/remote/bin/nvidia-smi" --query-gpu=$q --format=csv -i 0 2>&1)
         if [ "$native" = "$remote" ]; then
-            pass "nvidia-smi over ${addr%%://*}://: $remote"
+            pass "nvidia-smi over ${addr%%://*}://: $(tail -1 <<<"$remote")"
         else
-            fail "nvidia-smi over ${addr%%://*}://: '$remote', natively '$native'"
+            fail "nvidia-smi over ${addr%%://*}://: '$remote', NVIDIA's natively '$native'"
         fi
-        # Its full view, printed (not judged).
-        FLEXGV_REMOTE=$addr LD_LIBRARY_PATH="$B/remote" timeout "$LIMIT" nvidia-smi 2>&1 | head -30 |
+        # Its summary, printed (not judged).
+        FLEXGV_REMOTE=$addr LD_LIBRARY_PATH="$B/remote" timeout "$LIMIT" "$B/remote/bin/nvidia-smi" 2>&1 | head -30 |
             sed "s|^|nvidia-smi over ${addr%%://*}://: |"
     done
 fi

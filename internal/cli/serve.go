@@ -479,7 +479,8 @@ func (f *failover) env(c *cobra.Command, remoteAddr string) ([]string, error) {
 }
 
 // remoteRun prepares flexgv run --remote ADDR: the remoting libcuda.so.1
-// first on the library path and as the shim's driver, and the token the
+// first on the library path and as the shim's driver, its nvidia-smi first
+// on PATH (NVIDIA's refuses the client's NVML), and the token the
 // program's connections present.
 func remoteRun(addr, tokenFile string, o *launch.Options) error {
 	a, err := remote.ParseAddr(addr)
@@ -510,7 +511,15 @@ func remoteRun(addr, tokenFile string, o *launch.Options) error {
 		path += ":" + old
 	}
 	os.Setenv("LD_LIBRARY_PATH", path)
+	if smi := filepath.Join(filepath.Dir(lib), "bin"); isFile(filepath.Join(smi, "nvidia-smi")) {
+		os.Setenv("PATH", smi+string(os.PathListSeparator)+os.Getenv("PATH"))
+	}
 	o.Driver = lib
 	o.Env = append(o.Env, "FLEXGV_REMOTE="+a.String())
 	return nil
+}
+
+func isFile(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
 }

@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -112,5 +114,84 @@ func TestRemoteTenantNVML(t *testing.T) {
 	want := fmt.Sprintf(" total=%d used=%d free=%d total_v2=%d ", total, total-free, free, total)
 	if r.code != 0 || !strings.Contains(r.stdout, "device 0 ") || !strings.Contains(r.stdout, want) {
 		t.Fatalf("want %q in\nexit %d\n%s%s", want, r.code, r.stdout, r.stderr)
+	}
+}
+
+// nvidia-smi on a remote GPU is FlexGV's (NVIDIA's refuses the client's
+// NVML), first on the PATH flexgv run --remote gives: it prints what it
+// prints against the server's own NVML, in NVIDIA's forms, and refuses
+// what it does not answer with a message.
+func TestRemoteNvidiaSmi(t *testing.T) {
+	e := newEnv(t, "FLEXGV_SIM_DEVICES=2")
+	s := e.serve("unix")
+	smi := filepath.Join(build, "remote", "bin", "nvidia-smi")
+	local := func(args ...string) result { return e.run(smi, args...) }
+	remote := func(args ...string) result { return e.remote(s, "nvidia-smi", args...) }
+	const fields = "index,count,name,uuid,driver_version,pci.bus_id,compute_cap,persistence_mode,compute_mode," +
+		"power.limit,enforced.power.limit,clocks.max.sm,clocks.max.memory,fan.speed,pstate,temperature.gpu"
+	for _, args := range [][]string{
+		{"--query-gpu=" + fields, "--format=csv"},
+		{"--query-gpu=" + fields, "--format=csv,noheader,nounits"},
+		{"-L"},
+		{"--query-gpu=gpu_name,gpu_uuid", "--format=csv", "-i", "1"},
+	} {
+		l, r := local(args...), remote(args...)
+		if l.code != 0 || r.code != 0 || l.stdout != r.stdout || r.stderr != "" {
+			t.Errorf("nvidia-smi %q: locally exit %d\n%s%s\nremotely exit %d\n%s%s", args, l.code, l.stdout, l.stderr,
+				r.code, r.stdout, r.stderr)
+		}
+	}
+	// The forms scripts parse: a header with units, a row a GPU, [N/A]
+	// for what is not measured (the simulated GPU has no fan).
+	q := local("--query-gpu=index,memory.total,power.draw,utilization.gpu,fan.speed", "--format=csv")
+	want := "index, memory.total [MiB], power.draw [W], utilization.gpu [%], fan.speed [%]\n" +
+		"0, 16384 MiB, 60.00 W, 0 %, [N/A]\n1, 16384 MiB, 60.00 W, 0 %, [N/A]\n"
+	if q.code != 0 || q.stdout != want {
+		t.Errorf("query: exit %d\n%s%s\nwant\n%s", q.code, q.stdout, q.stderr, want)
+	}
+	uuid := regexp.MustCompile(`GPU 1: .* \(UUID: (GPU-[0-9a-f-]+)\)`).FindStringSubmatch(local("-L").stdout)
+	if uuid == nil {
+		t.Fatalf("no GPU 1 in -L")
+	}
+	if r := remote("--query-gpu=index", "--format=csv,noheader", "-i", uuid[1]); r.code != 0 || r.stdout != "1\n" {
+		t.Errorf("-i by UUID: exit %d %q %s", r.code, r.stdout, r.stderr)
+	}
+	sum := remote()
+	if sum.code != 0 || !regexp.MustCompile(`Driver Version: \d+\.\d+\.sim +CUDA Version: 13\.0`).MatchString(sum.stdout) ||
+		len(regexp.MustCompile(`(?m)^\| +\d+MiB / +\d+MiB \|`).FindAllString(sum.stdout, -1)) != 0 ||
+		len(regexp.MustCompile(`\d+MiB / +16384MiB`).FindAllString(sum.stdout, -1)) != 2 {
+		t.Errorf("the summary remotely: exit %d\n%s%s", sum.code, sum.stdout, sum.stderr)
+	}
+	// -lms repeats until the program is stopped.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, smi, "--query-gpu=index", "--format=csv,noheader", "-i", "0", "-lms", "20")
+	cmd.Env = e.environ(filepath.Join(build, "sim"))
+	out, _ := cmd.Output()
+	if n := strings.Count(string(out), "0\n"); n < 2 {
+		t.Errorf("-lms 20 for 2 s printed %d rows: %q", n, out)
+	}
+	for _, c := range []struct {
+		args []string
+		code int
+		msg  string
+	}{
+		{[]string{"--query-gpu=index,bogus", "--format=csv"}, 2, `Field "bogus" is not a valid field to query`},
+		{[]string{"--query-gpu=index"}, 2, "a query needs --format=csv"},
+		{[]string{"--query-gpu=index", "--format=xml"}, 2, `"xml" is none of csv, noheader, nounits`},
+		{[]string{"--format=csv"}, 2, "--format=csv is for --query-gpu"},
+		{[]string{"-q"}, 2, `"-q" is not answered for FlexGV's remote GPUs`},
+		{[]string{"-l", "0"}, 2, "-l 0: want whole seconds"},
+		{[]string{"-L", "-i", "7"}, 6, `No devices were found matching "7" (2 GPUs here)`},
+	} {
+		r := remote(c.args...)
+		if r.code != c.code || !strings.Contains(r.stderr, c.msg) || r.stdout != "" {
+			t.Errorf("nvidia-smi %q: exit %d, want %d and %q\n%s%s", c.args, r.code, c.code, c.msg, r.stdout, r.stderr)
+		}
+	}
+	// No server: NVML does not start, and it says so.
+	e.extra = append(e.extra, "FLEXGV_REMOTE=unix://"+filepath.Join(e.dir, "none.sock"))
+	if r := e.runIn(filepath.Join(build, "remote"), smi, "-L"); r.code != 9 || !strings.Contains(r.stderr, "NVML did not start") {
+		t.Errorf("without a server: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 	}
 }
