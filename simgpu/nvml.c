@@ -332,26 +332,27 @@ SIM_EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, 
     return NVML_SUCCESS;
 }
 
+/* A device's fixed setting: *out = value for a device of this NVML. */
+#define FIXED(device, out, value)                 \
+    do {                                          \
+        DEVICE_ARG(device, d_);                   \
+        (void)d_;                                 \
+        if (!(out))                               \
+            return NVML_ERROR_INVALID_ARGUMENT;   \
+        *(out) = (value);                         \
+        return NVML_SUCCESS;                      \
+    } while (0)
+
 /* A simulated device keeps no state between processes to persist, and
  * takes every process (cuDeviceGetAttribute's compute mode 0). */
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t *mode)
 {
-    DEVICE_ARG(device, d);
-    (void)d;
-    if (!mode)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    *mode = NVML_FEATURE_DISABLED;
-    return NVML_SUCCESS;
+    FIXED(device, mode, NVML_FEATURE_DISABLED);
 }
 
 SIM_EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t *mode)
 {
-    DEVICE_ARG(device, d);
-    (void)d;
-    if (!mode)
-        return NVML_ERROR_INVALID_ARGUMENT;
-    *mode = NVML_COMPUTEMODE_DEFAULT;
-    return NVML_SUCCESS;
+    FIXED(device, mode, NVML_COMPUTEMODE_DEFAULT);
 }
 
 static nvmlReturn_t clock_mhz(nvmlClockType_t type, int busy, unsigned int *clock)

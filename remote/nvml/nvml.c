@@ -466,13 +466,20 @@ FGN_EXPORT nvmlReturn_t nvmlDeviceGetFanSpeed(nvmlDevice_t device, unsigned int 
     return reading(device, FGR_NVML_FAN, 0, speed);
 }
 
+/* An enumeration's reading: the unsigned int the server's NVML wrote
+ * (each enumeration an int's size), as the caller's type. */
+#define ENUM_READING(what, type, out)                                    \
+    do {                                                                 \
+        unsigned int v_ = 0;                                             \
+        nvmlReturn_t r_ = reading(device, what, 0, (out) ? &v_ : NULL); \
+        if (r_ == NVML_SUCCESS)                                          \
+            *(out) = (type)v_;                                           \
+        return r_;                                                       \
+    } while (0)
+
 FGN_EXPORT nvmlReturn_t nvmlDeviceGetPerformanceState(nvmlDevice_t device, nvmlPstates_t *pState)
 {
-    unsigned int v = 0;
-    nvmlReturn_t r = reading(device, FGR_NVML_PSTATE, 0, pState ? &v : NULL);
-    if (r == NVML_SUCCESS)
-        *pState = (nvmlPstates_t)v;
-    return r;
+    ENUM_READING(FGR_NVML_PSTATE, nvmlPstates_t, pState);
 }
 
 FGN_EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, unsigned int *limit)
@@ -480,24 +487,14 @@ FGN_EXPORT nvmlReturn_t nvmlDeviceGetPowerManagementLimit(nvmlDevice_t device, u
     return reading(device, FGR_NVML_POWER_MGMT, 0, limit);
 }
 
-/* The enumerations below come back as the unsigned int the server's NVML
- * wrote (each an int's size). */
 FGN_EXPORT nvmlReturn_t nvmlDeviceGetPersistenceMode(nvmlDevice_t device, nvmlEnableState_t *mode)
 {
-    unsigned int v = 0;
-    nvmlReturn_t r = reading(device, FGR_NVML_PERSISTENCE, 0, mode ? &v : NULL);
-    if (r == NVML_SUCCESS)
-        *mode = (nvmlEnableState_t)v;
-    return r;
+    ENUM_READING(FGR_NVML_PERSISTENCE, nvmlEnableState_t, mode);
 }
 
 FGN_EXPORT nvmlReturn_t nvmlDeviceGetComputeMode(nvmlDevice_t device, nvmlComputeMode_t *mode)
 {
-    unsigned int v = 0;
-    nvmlReturn_t r = reading(device, FGR_NVML_COMPUTE_MODE, 0, mode ? &v : NULL);
-    if (r == NVML_SUCCESS)
-        *mode = (nvmlComputeMode_t)v;
-    return r;
+    ENUM_READING(FGR_NVML_COMPUTE_MODE, nvmlComputeMode_t, mode);
 }
 
 FGN_EXPORT nvmlReturn_t nvmlDeviceGetMigMode(nvmlDevice_t device, unsigned int *currentMode, unsigned int *pendingMode)

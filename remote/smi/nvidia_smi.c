@@ -331,22 +331,6 @@ static nvmlReturn_t f_pstate(unsigned k, char *t, size_t n, unsigned long long *
         put((struct out){t, n}, "P%d", (int)p);
     return r;
 }
-static nvmlReturn_t f_fan(unsigned k, char *t, size_t n, unsigned long long *v)
-{
-    (void)t, (void)n;
-    unsigned s;
-    nvmlReturn_t r = CALL(fan, DEV, &s);
-    *v = s;
-    return r;
-}
-static nvmlReturn_t f_temperature(unsigned k, char *t, size_t n, unsigned long long *v)
-{
-    (void)t, (void)n;
-    unsigned c;
-    nvmlReturn_t r = CALL(temperature, DEV, NVML_TEMPERATURE_GPU, &c);
-    *v = c;
-    return r;
-}
 static nvmlReturn_t utilization(unsigned k, unsigned long long *v, int mem)
 {
     nvmlUtilization_t u;
@@ -378,46 +362,28 @@ MEM_FIELD(f_mem_reserved, 1)
 MEM_FIELD(f_mem_used, 2)
 MEM_FIELD(f_mem_free, 3)
 
-static nvmlReturn_t f_power(unsigned k, char *t, size_t n, unsigned long long *v)
-{
-    (void)t, (void)n;
-    unsigned mw;
-    nvmlReturn_t r = CALL(power, DEV, &mw);
-    *v = mw;
-    return r;
-}
-static nvmlReturn_t f_power_limit(unsigned k, char *t, size_t n, unsigned long long *v)
-{
-    (void)t, (void)n;
-    unsigned mw;
-    nvmlReturn_t r = CALL(power_limit, DEV, &mw);
-    *v = mw;
-    return r;
-}
-static nvmlReturn_t f_enforced_limit(unsigned k, char *t, size_t n, unsigned long long *v)
-{
-    (void)t, (void)n;
-    unsigned mw;
-    nvmlReturn_t r = CALL(enforced_limit, DEV, &mw);
-    *v = mw;
-    return r;
-}
-#define CLOCK_FIELD(fn, call, type)                                           \
+/* The fields NVML gives as one unsigned int: CALL's arguments but the last. */
+#define UINT_FIELD(fn, ...)                                                   \
     static nvmlReturn_t fn(unsigned k, char *t, size_t n, unsigned long long *v) \
     {                                                                         \
         (void)t, (void)n;                                                     \
-        unsigned mhz;                                                         \
-        nvmlReturn_t r = CALL(call, DEV, type, &mhz);                         \
-        *v = mhz;                                                             \
+        unsigned x = 0;                                                       \
+        nvmlReturn_t r = CALL(__VA_ARGS__, &x);                               \
+        *v = x;                                                               \
         return r;                                                             \
     }
-CLOCK_FIELD(f_clock_gr, clock, NVML_CLOCK_GRAPHICS)
-CLOCK_FIELD(f_clock_sm, clock, NVML_CLOCK_SM)
-CLOCK_FIELD(f_clock_mem, clock, NVML_CLOCK_MEM)
-CLOCK_FIELD(f_clock_video, clock, NVML_CLOCK_VIDEO)
-CLOCK_FIELD(f_max_gr, max_clock, NVML_CLOCK_GRAPHICS)
-CLOCK_FIELD(f_max_sm, max_clock, NVML_CLOCK_SM)
-CLOCK_FIELD(f_max_mem, max_clock, NVML_CLOCK_MEM)
+UINT_FIELD(f_fan, fan, DEV)
+UINT_FIELD(f_temperature, temperature, DEV, NVML_TEMPERATURE_GPU)
+UINT_FIELD(f_power, power, DEV)
+UINT_FIELD(f_power_limit, power_limit, DEV)
+UINT_FIELD(f_enforced_limit, enforced_limit, DEV)
+UINT_FIELD(f_clock_gr, clock, DEV, NVML_CLOCK_GRAPHICS)
+UINT_FIELD(f_clock_sm, clock, DEV, NVML_CLOCK_SM)
+UINT_FIELD(f_clock_mem, clock, DEV, NVML_CLOCK_MEM)
+UINT_FIELD(f_clock_video, clock, DEV, NVML_CLOCK_VIDEO)
+UINT_FIELD(f_max_gr, max_clock, DEV, NVML_CLOCK_GRAPHICS)
+UINT_FIELD(f_max_sm, max_clock, DEV, NVML_CLOCK_SM)
+UINT_FIELD(f_max_mem, max_clock, DEV, NVML_CLOCK_MEM)
 
 static const struct field gpu_fields[] = {
     {"timestamp", NULL, NULL, V_TEXT, f_timestamp},
