@@ -1214,6 +1214,12 @@ func TestRemoteVGPUPod(t *testing.T) {
 	if given == "" {
 		t.Fatalf("no token mounted: %v", n.kubelet.Allocation("remote").Mounts)
 	}
+	// nvidia-smi is the remote path's, where programs look for it.
+	if !slices.ContainsFunc(n.kubelet.Allocation("remote").Mounts, func(m kubecontainer.Mount) bool {
+		return m.ContainerPath == deviceplugin.ContainerNvidiaSmi && m.HostPath == filepath.Join(build, "remote", "bin", "nvidia-smi")
+	}) {
+		t.Errorf("no nvidia-smi mounted: %v", n.kubelet.Allocation("remote").Mounts)
+	}
 	eventually(t, 10*time.Second, "the remote pod's tokens, Secret and tenant gone", func() (bool, error) {
 		_, ferr := os.Stat(filepath.Join(tokens, tenant+".token"))
 		_, gerr := os.Stat(given)

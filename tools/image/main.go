@@ -50,8 +50,9 @@ const (
 )
 
 // remoteFiles are the remote path's files in build/remote, put in
-// remoteDir: the executor, and the libraries a remote pod is given.
-var remoteFiles = []string{"libcuda.so.1", "libnvidia-ml.so.1", "libnvcuvid.so.1", "flexgv-executor"}
+// remoteDir: the executor, and the libraries and nvidia-smi a remote pod
+// is given.
+var remoteFiles = []string{"libcuda.so.1", "libnvidia-ml.so.1", "libnvcuvid.so.1", "bin/nvidia-smi", "flexgv-executor"}
 
 // tools are the commands of the node DaemonSet's init container, which
 // copies the shim to the node: found on this machine's PATH, put in /bin.

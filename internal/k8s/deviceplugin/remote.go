@@ -40,6 +40,7 @@ const (
 	// Where the container finds what the remote plugin gives it.
 	ContainerRemoteLib   = "/usr/local/flexgv/remote"
 	ContainerRemoteToken = "/run/flexgv/remote.token"
+	ContainerNvidiaSmi   = "/usr/bin/nvidia-smi"
 	// ContainerRemoteAt holds the file "address": the server the pod's
 	// programs dial, rewritten when its remote vGPU moves (a folder, so
 	// that the container sees the file replaced).
@@ -358,6 +359,17 @@ func (rp *RemotePlugin) allocate(ctx context.Context, pod *corev1.Pod) (*plugina
 	}
 	_, uuid, _ := vgpu.PodRemoteGPU(pod)
 	rp.p.log.Printf("pod %s/%s: remote vGPU %s at %s", pod.Namespace, pod.Name, uuid, addr)
+	mounts := []*pluginapi.Mount{
+		{ContainerPath: ContainerRemoteLib, HostPath: rp.p.cfg.RemoteLib, ReadOnly: true},
+		{ContainerPath: ContainerRemoteToken, HostPath: file, ReadOnly: true},
+		{ContainerPath: ContainerRemoteAt, HostPath: rp.addressDir(pod.UID), ReadOnly: true},
+		preload,
+	}
+	// NVIDIA's nvidia-smi refuses the remoting NVML; the remote path's
+	// answers where programs and people look for it.
+	if smi := filepath.Join(rp.p.cfg.RemoteLib, "bin", "nvidia-smi"); isFile(smi) {
+		mounts = append(mounts, &pluginapi.Mount{ContainerPath: ContainerNvidiaSmi, HostPath: smi, ReadOnly: true})
+	}
 	return &pluginapi.ContainerAllocateResponse{
 		Envs: map[string]string{
 			"FLEXGV_REMOTE":              addr,
@@ -365,12 +377,7 @@ func (rp *RemotePlugin) allocate(ctx context.Context, pod *corev1.Pod) (*plugina
 			"FLEXGV_REMOTE_ADDRESS_FILE": ContainerRemoteAt + "/address",
 			"LD_LIBRARY_PATH":            ContainerRemoteLib,
 		},
-		Mounts: []*pluginapi.Mount{
-			{ContainerPath: ContainerRemoteLib, HostPath: rp.p.cfg.RemoteLib, ReadOnly: true},
-			{ContainerPath: ContainerRemoteToken, HostPath: file, ReadOnly: true},
-			{ContainerPath: ContainerRemoteAt, HostPath: rp.addressDir(pod.UID), ReadOnly: true},
-			preload,
-		},
+		Mounts: mounts,
 	}, nil
 }
 
@@ -558,4 +565,9 @@ func (rp *RemotePlugin) GetPreferredAllocation(context.Context, *pluginapi.Prefe
 // PreStartContainer implements the device-plugin API; not asked for.
 func (rp *RemotePlugin) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
 	return &pluginapi.PreStartContainerResponse{}, nil
+}
+
+func isFile(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular()
 }

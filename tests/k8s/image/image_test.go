@@ -210,12 +210,12 @@ func checkInstalled(t *testing.T, rootfs string, objs []*unstructured.Unstructur
 				}
 			}
 			if p, ok := strings.CutPrefix(a, "--remote-lib="); ok {
-				for _, lib := range []string{"libcuda.so.1", "libnvidia-ml.so.1", "libnvcuvid.so.1"} {
+				for _, lib := range []string{"libcuda.so.1", "libnvidia-ml.so.1", "libnvcuvid.so.1", "bin/nvidia-smi"} {
 					want[p+"/"+lib] = "/usr/local/remote/" + lib
 				}
 			}
 		}
-		if len(want) != map[bool]int{false: 1, true: 4}[remote] {
+		if len(want) != map[bool]int{false: 1, true: 5}[remote] {
 			t.Fatalf("the node daemon runs with %q; want --shim, and --remote-lib with remote vGPUs", args)
 		}
 		for node, img := range want {
