@@ -216,7 +216,7 @@ static CUresult synced_on(CUresult r, int dev, uint64_t at, const CUstream *s, u
         if (LOAD(&g->hdr->holder) == g->mine + 1 && others_in(g, g->hdr->waiting))
             pay(g, g->t, 2 * g->quantum, now);
         int next = g->flight.count || LOAD(&g->hdr->holder) != g->mine + 1 ? -1 : best_waiter(g, (int)g->mine);
-        if (next >= 0 && priority_of(g, next) < LOAD(&g->t->priority) && !beside_us(g)) {
+        if (next >= 0 && priority_of(g, next) < LOAD(&g->t->priority) && !beside_us(g, now)) {
             if (__atomic_load_n(&g->turn.gap_avg, __ATOMIC_RELAXED) >= LEND_NS)
                 hand_over(g, 0);
             else if (LOAD(&g->t->host_bound) >= BESIDE_HOST)

@@ -110,6 +110,15 @@ enum { RING = 256 };                  /* launches tracked in flight per GPU, at 
 #ifndef BESIDE_HOST
 #define BESIDE_HOST 7500u             /* a higher holder this bound by its host is run beside under MPS, its short pauses taken */
 #endif
+#ifndef BESIDE_HURT
+#define BESIDE_HURT 1000u             /* ...unless that costs its requests this much of their host-bound share (10 points)... */
+#endif
+#ifndef BESIDE_OFF_NS
+#define BESIDE_OFF_NS 250000000ull    /* ...then not for this long, doubled at each such cost found again... */
+#endif
+#ifndef BESIDE_OFF_MAX_NS
+#define BESIDE_OFF_MAX_NS 16000000000ull /* ...up to this */
+#endif
 #ifndef FILL_AHEAD_NS
 #define FILL_AHEAD_NS 2000000ll       /* what a fill keeps in flight: what the holder's next kernel may wait for */
 #endif
@@ -199,7 +208,14 @@ struct side {
     /* the request under way: its first launch since the last synchronization
      * (0: none) and its time spent in gate since then (atomic) */
     uint64_t request_at, request_gated;
+    int request_beside;        /* it began with others running beside us (beside_everywhere) */
     uint64_t issued_avg, took_avg; /* moving sums of requests' host work and time (note_request) */
+    /* what lower priorities beside us cost our requests (note_request):
+     * each request's host-bound share, averaged over those with no one
+     * beside and over those since others ran beside again (with_n of
+     * them), and how long they stay off when that costs too much */
+    uint32_t alone_share, with_share, with_n;
+    uint64_t off_ns;
     uint32_t alive_h;          /* the holder (slot + 1) last seen alive, at alive_at */
     uint64_t alive_at;
 };
@@ -414,7 +430,7 @@ void pay_spill(struct gpu *g, uint64_t ns, uint64_t now);
 /* Charges our tenant's virtual time for ns of work run in a holder's gaps. */
 void pay_fill(struct gpu *g, uint64_t ns, uint64_t now);
 /* Whether every other process on g runs beside us. */
-int beside_us(struct gpu *g);
+int beside_us(struct gpu *g, uint64_t now);
 /* Whether this process holds each of its n GPUs, uncapped, with only
  * processes that run beside it or none; if so, counts the launch. */
 int beside_everywhere(int n);

@@ -32,7 +32,8 @@ int beside(struct gpu *g, uint32_t h, uint64_t now)
     if (!g->mps || !h || h > FG_SCHED_SLOTS || cap_of(g) || !LOAD(&g->slots[h - 1].mps))
         return 0;
     struct fg_sched_tenant *ht = tenant_of(g, h - 1);
-    if (!ht || LOAD(&ht->priority) <= LOAD(&g->t->priority) || LOAD(&ht->host_bound) < BESIDE_HOST)
+    if (!ht || LOAD(&ht->priority) <= LOAD(&g->t->priority) || LOAD(&ht->host_bound) < BESIDE_HOST ||
+        now < LOAD(&ht->beside_off_ns))
         return 0;
     return holder_alive(g, h, now);
 }
@@ -87,9 +88,9 @@ int fills(struct gpu *g, uint32_t h, uint64_t now)
  * (the others run meanwhile anyway). On the H200, eager inference so
  * handled over and again at every request, its kernels each tracked, had
  * p99 1.07-1.91x alone where plain MPS had 1.01-1.08x. */
-int beside_us(struct gpu *g)
+int beside_us(struct gpu *g, uint64_t now)
 {
-    if (!g->mps || cap_of(g) || LOAD(&g->t->host_bound) < BESIDE_HOST)
+    if (!g->mps || cap_of(g) || LOAD(&g->t->host_bound) < BESIDE_HOST || now < LOAD(&g->t->beside_off_ns))
         return 0;
     uint32_t mp = LOAD(&g->t->priority);
     for (uint32_t w = 0; w < FG_SCHED_WORDS; w++)
@@ -109,21 +110,57 @@ int beside_us(struct gpu *g)
  * (note_request) and a pause at its end (pause_ends). */
 int beside_everywhere(int n)
 {
-    for (int i = 0; i < n; i++) {
-        struct gpu *g = mine_list[i];
-        if (__atomic_load_n(&g->state, __ATOMIC_RELAXED) != G_READY || LOAD(&g->hdr->holder) != g->mine + 1 ||
-            cap_of(g) || (others_in(g, g->hdr->present) && !beside_us(g)))
-            return 0;
-    }
     uint64_t now = fg_now_ns();
     for (int i = 0; i < n; i++) {
         struct gpu *g = mine_list[i];
+        if (__atomic_load_n(&g->state, __ATOMIC_RELAXED) != G_READY || LOAD(&g->hdr->holder) != g->mine + 1 ||
+            cap_of(g) || (others_in(g, g->hdr->present) && !beside_us(g, now)))
+            return 0;
+    }
+    for (int i = 0; i < n; i++) {
+        struct gpu *g = mine_list[i];
         __atomic_store_n(&g->me->launches, g->me->launches + 1, __ATOMIC_RELAXED);
-        if (g->mps && !__atomic_load_n(&g->side.request_at, __ATOMIC_RELAXED))
+        if (g->mps && !__atomic_load_n(&g->side.request_at, __ATOMIC_RELAXED)) {
             __atomic_store_n(&g->side.request_at, now, __ATOMIC_RELAXED);
+            __atomic_store_n(&g->side.request_beside, others_in(g, g->hdr->present) != 0, __ATOMIC_RELAXED);
+        }
         pause_ends(g, now);
     }
     return 1;
+}
+
+/* Whether lower priorities cost our requests more than they are allowed
+ * (BESIDE_HURT of their host-bound share, r for the one just ended): MPS
+ * does not preempt, and a trainer's kernels on every SM delay each of our
+ * kernels they meet (an H100's eager inference beside 4096² products went
+ * from 0.93 host-bound to 0.75, its p99 8.7x alone, where turns kept 1.1x
+ * and 2.5x). Then they run in turns, lent our pauses, for off_ns, doubled
+ * each time the cost is found again and forgotten once they ran beside
+ * for 64 requests at no cost: beside a trainer whose kernels leave room
+ * (an H200's eager inference kept 1.01x at 0.97 of the trainer's rate),
+ * they stay beside. Requests with no one beside say what ours cost
+ * alone. */
+static void judge_beside(struct gpu *g, uint32_t r, int with, uint64_t now)
+{
+    struct side *s = &g->side;
+    uint32_t alone = __atomic_load_n(&s->alone_share, __ATOMIC_RELAXED);
+    if (!with) {
+        __atomic_store_n(&s->alone_share, alone ? (7 * alone + r) / 8 : r, __ATOMIC_RELAXED);
+        return;
+    }
+    uint32_t n = __atomic_load_n(&s->with_n, __ATOMIC_RELAXED);
+    uint32_t w = n ? (7 * __atomic_load_n(&s->with_share, __ATOMIC_RELAXED) + r) / 8 : r;
+    __atomic_store_n(&s->with_share, w, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->with_n, n + 1, __ATOMIC_RELAXED);
+    if (alone && n + 1 >= 4 && w + BESIDE_HURT < alone) {
+        uint64_t off = __atomic_load_n(&s->off_ns, __ATOMIC_RELAXED);
+        off = !off ? BESIDE_OFF_NS : 2 * off < BESIDE_OFF_MAX_NS ? 2 * off : BESIDE_OFF_MAX_NS;
+        __atomic_store_n(&s->off_ns, off, __ATOMIC_RELAXED);
+        __atomic_store_n(&s->with_n, 0, __ATOMIC_RELAXED);
+        STORE(&g->t->beside_off_ns, now + off);
+    } else if (n + 1 >= 64) {
+        __atomic_store_n(&s->off_ns, 0, __ATOMIC_RELAXED);
+    }
 }
 
 /* How bound by its host our tenant's requests are (beside, fills): of a
@@ -138,6 +175,7 @@ void note_request(struct gpu *g, uint64_t at, uint64_t now)
 {
     uint64_t from = __atomic_exchange_n(&g->side.request_at, 0, __ATOMIC_RELAXED);
     uint64_t gated = __atomic_exchange_n(&g->side.request_gated, 0, __ATOMIC_RELAXED);
+    int with = __atomic_exchange_n(&g->side.request_beside, 0, __ATOMIC_RELAXED);
     if (!from || from > at || now <= from)
         return;
     uint64_t issued = at - from > gated ? at - from - gated : 0, took = now - from;
@@ -148,4 +186,6 @@ void note_request(struct gpu *g, uint64_t at, uint64_t now)
     __atomic_store_n(&g->side.issued_avg, i, __ATOMIC_RELAXED);
     __atomic_store_n(&g->side.took_avg, t, __ATOMIC_RELAXED);
     STORE(&g->t->host_bound, t ? (uint32_t)(i > t ? FULL : i * FULL / t) : 0);
+    if (g->mps)
+        judge_beside(g, (uint32_t)(issued > took ? FULL : issued * FULL / took), with, now);
 }

@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 #define FG_SCHED_MAGIC 0x444843535847584cULL
-#define FG_SCHED_VERSION 0x5ULL
+#define FG_SCHED_VERSION 0x6ULL
 #define FG_SCHED_TENANTS 0x80ULL
 #define FG_SCHED_SLOTS 0x100ULL
 #define FG_SCHED_WORDS 0x4ULL
@@ -33,6 +33,7 @@ struct fg_sched_tenant {
     int64_t cap_credit;
     uint64_t cap_refilled;
     uint64_t turn_ended_ns;
+    uint64_t beside_off_ns;
 };
 
 /* starts a GPU's scheduler region; written once by whoever creates it */

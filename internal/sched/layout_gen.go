@@ -5,7 +5,7 @@ package sched
 // Constants of the region shared with the shim.
 const (
 	SchedMagic     = 0x444843535847584c
-	SchedVersion   = 0x5
+	SchedVersion   = 0x6
 	MaxTenants     = 0x80
 	MaxSlots       = 0x100
 	MaskWords      = 0x4
@@ -34,6 +34,7 @@ type Tenant struct {
 	CapCredit   int64    `c:"cap_credit"`
 	CapRefilled uint64   `c:"cap_refilled"`
 	TurnEndedNs uint64   `c:"turn_ended_ns"`
+	BesideOffNs uint64   `c:"beside_off_ns"`
 }
 
 // Header mirrors struct fg_sched_header: starts a GPU's scheduler region; written once by whoever creates it.

@@ -4,7 +4,7 @@ The layout of include/flexgv/sched_layout_gen.h for Python readers:
 each struct's SIZE, and each field's (offset, struct-module format)."""
 
 SCHED_MAGIC = 0x444843535847584c
-SCHED_VERSION = 0x5
+SCHED_VERSION = 0x6
 SCHED_TENANTS = 0x80
 SCHED_SLOTS = 0x100
 SCHED_WORDS = 0x4
@@ -18,7 +18,7 @@ PRIORITY_MAX = 0x9
 
 # struct fg_sched_tenant: one tenant on the GPU
 SCHED_TENANT = {
-    "SIZE": 144,
+    "SIZE": 152,
     "name": (0, "<64s"),
     "share": (64, "<I"),
     "cap": (68, "<I"),
@@ -33,11 +33,12 @@ SCHED_TENANT = {
     "cap_credit": (120, "<q"),
     "cap_refilled": (128, "<Q"),
     "turn_ended_ns": (136, "<Q"),
+    "beside_off_ns": (144, "<Q"),
 }
 
 # struct fg_sched_header: starts a GPU's scheduler region; written once by whoever creates it
 SCHED_HEADER = {
-    "SIZE": 18608,
+    "SIZE": 19632,
     "magic": (0, "<Q"),
     "version": (8, "<I"),
     "quantum_us": (12, "<I"),

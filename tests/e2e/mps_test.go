@@ -341,7 +341,8 @@ func TestMPSClientsRunAtOnce(t *testing.T) {
 // Under MPS a lower priority runs beside a higher-priority tenant bound by
 // its host (eager inference: a little GPU work between stretches of host
 // work, one synchronization per request), whose requests then hardly wait
-// and whose launches go straight through, its pauses not lent;
+// and whose launches go straight through, its pauses not lent; where its
+// kernels slow the requests, it takes turns instead;
 // beside a GPU-bound one it waits as ever, and so it does without MPS
 // (where the two would take turns on the GPU), beside a holder that is no
 // MPS client, and under a cap, which only a holder keeps.
@@ -446,6 +447,25 @@ func TestPriorityRunsBesideAHostBoundHolderUnderMPS(t *testing.T) {
 		if h.p50 > a.p50+1000+2*requestDelay(h) {
 			hc.Errorf("under MPS requests took %.0f µs (p50) beside the low tenant, %.0f µs alone; want within 1 ms + %.0f µs (host delays)",
 				h.p50, a.p50, 2*requestDelay(h))
+		}
+
+		// Beside a trainer whose kernels slow every request (its kernels of
+		// 160 µs take twice as long beside the trainer's, on all the SMs,
+		// and no longer hide behind the 200 µs of host work: 1.34x alone),
+		// the low tenant runs in turns instead: the requests' own measure of
+		// what waiting for the GPU costs them says so, and they stay within
+		// 10 % of alone (the low tenant, with no pauses to be lent, gets
+		// little: priority first).
+		costly := []string{"160", "3", "16", "0", "eager", "200"}
+		alone = e.spinnerUnder([]string{"--priority", "high"}, costly...)
+		alone.start()
+		ca := alone.result()
+		h, l = pair(run{high: spinner(costly...), low: trainer})
+		t.Logf("under MPS, requests of 160 µs kernels: alone p50 %.0f µs, p99 %.0f µs; beside a low tenant p50 %.0f µs, p99 %.0f µs; the low tenant %.1f%%",
+			ca.p50, ca.p99, h.p50, h.p99, l.share)
+		if h.p50 > 1.1*ca.p50+2*requestDelay(h) {
+			hc.Errorf("under MPS requests slowed by the low tenant's kernels took %.0f µs (p50), %.0f µs alone; want within 10 %% + %.0f µs (host delays)",
+				h.p50, ca.p50, 2*requestDelay(h))
 		}
 
 		// With pauses between requests (a server below its peak rate), the

@@ -167,6 +167,7 @@ var schedLayout = []structSpec{
 		{"cap_credit", "CapCredit", "int64", 0, "GPU time the cap still allows, ns (atomic)"},
 		{"cap_refilled", "CapRefilled", "uint64", 0, "when cap_credit was last earned"},
 		{"turn_ended_ns", "TurnEndedNs", "uint64", 0, "CLOCK_MONOTONIC until which its last turn was paid: its processes' work that ran on past it into another tenant's is theirs to pay (atomic)"},
+		{"beside_off_ns", "BesideOffNs", "uint64", 0, "CLOCK_MONOTONIC until which lower priorities do not run beside its MPS clients: they slowed its requests (atomic)"},
 	}},
 	{"fg_sched_header", "Header", "starts a GPU's scheduler region; written once by whoever creates it", []field{
 		{"magic", "Magic", "uint64", 0, "SchedMagic"},
@@ -207,7 +208,7 @@ const (
 
 var schedConsts = []constSpec{
 	{"FG_SCHED_MAGIC", "SchedMagic", 0x444843535847584c}, // "LXGVSCHD" little-endian
-	{"FG_SCHED_VERSION", "SchedVersion", 5},
+	{"FG_SCHED_VERSION", "SchedVersion", 6},
 	{"FG_SCHED_TENANTS", "MaxTenants", schedTenants},
 	{"FG_SCHED_SLOTS", "MaxSlots", schedSlots},
 	{"FG_SCHED_WORDS", "MaskWords", schedWords},
