@@ -115,6 +115,11 @@ func TestRemoteTenantNVML(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "device 0 ") || !strings.Contains(r.stdout, want) {
 		t.Fatalf("want %q in\nexit %d\n%s%s", want, r.code, r.stdout, r.stderr)
 	}
+	// nvidia-smi, which people and scripts ask, says the same.
+	smi := e.remoteAs(s, tok, "nvidia-smi", "--query-gpu=memory.total,memory.used,memory.free", "--format=csv,noheader")
+	if want := fmt.Sprintf("%d MiB, %d MiB, %d MiB\n", total>>20, (total-free)>>20, free>>20); smi.code != 0 || smi.stdout != want {
+		t.Errorf("nvidia-smi remotely: exit %d %q%s; want %q", smi.code, smi.stdout, smi.stderr, want)
+	}
 }
 
 // nvidia-smi on a remote GPU is FlexGV's (NVIDIA's refuses the client's
