@@ -4525,6 +4525,27 @@ FGR_EXPORT CUresult fgrNvmlOwnMemory(CUdevice dev, size_t *used)
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult fgrNvmlMemory(CUdevice dev, size_t *total, size_t *reserved, size_t *used)
+{
+    CUresult fgr_r;
+    uint64_t n_total = total ? sizeof(size_t) : 0;
+    uint64_t n_reserved = reserved ? sizeof(size_t) : 0;
+    uint64_t n_used = used ? sizeof(size_t) : 0;
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrNvmlMemory, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)(int64_t)dev);
+    fgr_put_u8(&fgr_c.w, total != NULL);
+    fgr_put_u8(&fgr_c.w, reserved != NULL);
+    fgr_put_u8(&fgr_c.w, used != NULL);
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, total, n_total, 0);
+    fgr_get_out(&fgr_c, reserved, n_reserved, 0);
+    fgr_get_out(&fgr_c, used, n_used, 0);
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult fgrNvmlP2PStatus(CUdevice dev1, CUdevice dev2, unsigned int index, unsigned int *status)
 {
     CUresult fgr_r;
@@ -8048,6 +8069,7 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_fgrNvmlUtilization] = "fgrNvmlUtilization",
     [FGR_OP_fgrNvmlDriverVersion] = "fgrNvmlDriverVersion",
     [FGR_OP_fgrNvmlOwnMemory] = "fgrNvmlOwnMemory",
+    [FGR_OP_fgrNvmlMemory] = "fgrNvmlMemory",
     [FGR_OP_fgrNvmlP2PStatus] = "fgrNvmlP2PStatus",
     [FGR_OP_fgrNvmlReading] = "fgrNvmlReading",
     [FGR_OP_fgrParamSizes] = "fgrParamSizes",
@@ -8620,6 +8642,7 @@ const struct fg_proc fgr_procs[] = {
     {"fgrNvmlUtilization", "fgrNvmlUtilization", 0, 0, (void *)fgrNvmlUtilization},
     {"fgrNvmlDriverVersion", "fgrNvmlDriverVersion", 0, 0, (void *)fgrNvmlDriverVersion},
     {"fgrNvmlOwnMemory", "fgrNvmlOwnMemory", 0, 0, (void *)fgrNvmlOwnMemory},
+    {"fgrNvmlMemory", "fgrNvmlMemory", 0, 0, (void *)fgrNvmlMemory},
     {"fgrNvmlP2PStatus", "fgrNvmlP2PStatus", 0, 0, (void *)fgrNvmlP2PStatus},
     {"fgrNvmlReading", "fgrNvmlReading", 0, 0, (void *)fgrNvmlReading},
     {"fgrParamSizes", "fgrParamSizes", 0, 0, (void *)fgrParamSizes},

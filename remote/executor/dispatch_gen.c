@@ -268,6 +268,7 @@ typedef CUresult (*pfn_fgrIpcOpenEvent)(CUevent *phEvent, const void *handle);
 typedef CUresult (*pfn_fgrNvmlUtilization)(CUdevice dev, unsigned int *gpu, unsigned int *memory);
 typedef CUresult (*pfn_fgrNvmlDriverVersion)(char *version, unsigned int length);
 typedef CUresult (*pfn_fgrNvmlOwnMemory)(CUdevice dev, size_t *used);
+typedef CUresult (*pfn_fgrNvmlMemory)(CUdevice dev, size_t *total, size_t *reserved, size_t *used);
 typedef CUresult (*pfn_fgrNvmlP2PStatus)(CUdevice dev1, CUdevice dev2, unsigned int index, unsigned int *status);
 typedef CUresult (*pfn_fgrNvmlReading)(CUdevice dev, unsigned int what, unsigned int arg, unsigned int *value);
 typedef CUresult (*pfn_fgrParamSizes)(CUfunction f, unsigned int max, unsigned int *count, unsigned int *sizes);
@@ -5992,6 +5993,36 @@ static CUresult op_fgrNvmlOwnMemory(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_fgrNvmlMemory(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdevice dev = (CUdevice)fgr_get_u64(rd);
+    int has_total = fgr_get_u8(rd);
+    int has_reserved = fgr_get_u8(rd);
+    int has_used = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    size_t *total = NULL;
+    size_t *reserved = NULL;
+    size_t *used = NULL;
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (fgr_r == CUDA_SUCCESS && has_total && !(total = fgr_out(q, sizeof(size_t))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_reserved && !(reserved = fgr_out(q, sizeof(size_t))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_used && !(used = fgr_out(q, sizeof(size_t))))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrNvmlMemory)fgr_real[FGR_OP_fgrNvmlMemory])(dev, total, reserved, used);
+    if (has_total)
+        fgr_reply_out(q, total, sizeof(size_t), 0, fgr_r);
+    if (has_reserved)
+        fgr_reply_out(q, reserved, sizeof(size_t), 0, fgr_r);
+    if (has_used)
+        fgr_reply_out(q, used, sizeof(size_t), 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_fgrNvmlP2PStatus(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -9849,6 +9880,7 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_fgrNvmlUtilization] = {"fgrNvmlUtilization", op_fgrNvmlUtilization, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrNvmlDriverVersion] = {"fgrNvmlDriverVersion", op_fgrNvmlDriverVersion, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrNvmlOwnMemory] = {"fgrNvmlOwnMemory", op_fgrNvmlOwnMemory, 0, FGR_SMALL_FRAME},
+    [FGR_OP_fgrNvmlMemory] = {"fgrNvmlMemory", op_fgrNvmlMemory, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrNvmlP2PStatus] = {"fgrNvmlP2PStatus", op_fgrNvmlP2PStatus, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrNvmlReading] = {"fgrNvmlReading", op_fgrNvmlReading, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrParamSizes] = {"fgrParamSizes", op_fgrParamSizes, 0, FGR_SMALL_FRAME},

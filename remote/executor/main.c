@@ -160,6 +160,8 @@ struct server_nvml {
     nvmlReturn_t (*util)(nvmlDevice_t, nvmlUtilization_t *);
     nvmlReturn_t (*version)(char *, unsigned int);
     nvmlReturn_t (*procs)(nvmlDevice_t, unsigned int *, nvmlProcessInfo_t *);
+    nvmlReturn_t (*mem_v2)(nvmlDevice_t, nvmlMemory_v2_t *);
+    nvmlReturn_t (*mem)(nvmlDevice_t, nvmlMemory_t *);
     nvmlReturn_t (*p2p)(nvmlDevice_t, nvmlDevice_t, nvmlGpuP2PCapsIndex_t, nvmlGpuP2PStatus_t *);
     /* the readings of fgrNvmlReading, by FGR_NVML_*, of the three forms
      * readings[] names */
@@ -203,6 +205,8 @@ static const struct server_nvml *server_nvml(void)
         *(void **)&nv.version = h ? dlsym(h, "nvmlSystemGetDriverVersion") : NULL;
         *(void **)&nv.procs = h ? dlsym(h, "nvmlDeviceGetComputeRunningProcesses_v3") : NULL;
         *(void **)&nv.p2p = h ? dlsym(h, "nvmlDeviceGetP2PStatus") : NULL;
+        *(void **)&nv.mem_v2 = h ? dlsym(h, "nvmlDeviceGetMemoryInfo_v2") : NULL;
+        *(void **)&nv.mem = h ? dlsym(h, "nvmlDeviceGetMemoryInfo") : NULL;
         for (int i = 0; i < FGR_NVML_READINGS; i++)
             *(void **)&nv.reading[i] = h ? dlsym(h, readings[i].name) : NULL;
         state = init && nv.by_uuid && nv.util && nv.version && init() == NVML_SUCCESS ? 1 : -1;
@@ -284,6 +288,32 @@ static CUresult nvml_own_memory(CUdevice dev, size_t *used)
         }
     free(all);
     return r;
+}
+
+/* A device's memory, as NVML says it to this process: under the shim, its
+ * tenant's view. The first version's used holds what _v2 calls reserved. */
+static CUresult nvml_memory(CUdevice dev, size_t *total, size_t *reserved, size_t *used)
+{
+    const struct server_nvml *nv = server_nvml();
+    if (!total || !reserved || !used)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!nv || (!nv->mem_v2 && !nv->mem))
+        return CUDA_ERROR_NOT_SUPPORTED;
+    nvmlDevice_t d;
+    CUresult r = nvml_device(nv, dev, &d);
+    if (r != CUDA_SUCCESS)
+        return r;
+    nvmlMemory_v2_t v2 = {.version = nvmlMemory_v2};
+    nvmlMemory_t v1;
+    nvmlReturn_t nr = nv->mem_v2 ? nv->mem_v2(d, &v2) : NVML_ERROR_FUNCTION_NOT_FOUND;
+    if (nr == NVML_SUCCESS) {
+        *total = v2.total, *reserved = v2.reserved, *used = v2.used;
+        return CUDA_SUCCESS;
+    }
+    if (!nv->mem || (nr = nv->mem(d, &v1)) != NVML_SUCCESS)
+        return from_nvml(nr);
+    *total = v1.total, *reserved = 0, *used = v1.used;
+    return CUDA_SUCCESS;
 }
 
 /* The server's NVML's answer for two devices and a capability index. */
@@ -753,6 +783,7 @@ int main(int argc, char **argv)
     fgr_real[FGR_OP_fgrNvmlUtilization] = (void *)nvml_utilization;
     fgr_real[FGR_OP_fgrNvmlDriverVersion] = (void *)nvml_driver_version;
     fgr_real[FGR_OP_fgrNvmlOwnMemory] = (void *)nvml_own_memory;
+    fgr_real[FGR_OP_fgrNvmlMemory] = (void *)nvml_memory;
     fgr_real[FGR_OP_fgrNvmlP2PStatus] = (void *)nvml_p2p;
     fgr_real[FGR_OP_fgrNvmlReading] = (void *)nvml_reading;
     *(void **)&real_ctx_pop = dlsym(h, "cuCtxPopCurrent_v2");

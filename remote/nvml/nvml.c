@@ -334,31 +334,46 @@ FGN_EXPORT nvmlReturn_t nvmlDeviceGetCudaComputeCapability(nvmlDevice_t device, 
     return NVML_SUCCESS;
 }
 
-/* cuMemGetInfo, as the server answers it: a tenant's quota shows, as the
- * shim's NVML view shows it locally. It answers for the current context's
- * device, so the query runs in the device's primary context pushed on this
- * thread and popped after (retain, push, query, pop, release): the
- * caller's current context is as it was. Where the process has no primary
- * context yet, retaining creates one on the server and the release
- * destroys it, so its memory counts as used meanwhile, as in a program
- * that has one. */
-static nvmlReturn_t mem(int d, unsigned long long *total, unsigned long long *free_b, unsigned long long *used)
+/* A device's memory as the server's NVML says it to the executor
+ * (through the client's own operation). */
+CUresult fgrNvmlMemory(CUdevice dev, size_t *total, size_t *reserved, size_t *used);
+
+/* cuMemGetInfo in the device's primary context, pushed on this thread and
+ * popped after (retain, push, query, pop, release), for a server without
+ * NVML: a process with no primary context yet has one made on the server
+ * for the query, whose memory then counts as used. */
+static CUresult ctx_mem(int d, size_t *total, size_t *free_b)
 {
     CUcontext ctx;
-    size_t f = 0, t = 0;
     CUresult r = cuDevicePrimaryCtxRetain(&ctx, d);
     if (r != CUDA_SUCCESS)
-        return nvml_result(r);
+        return r;
     if ((r = cuCtxPushCurrent_v2(ctx)) == CUDA_SUCCESS) {
-        r = cuMemGetInfo_v2(&f, &t);
+        r = cuMemGetInfo_v2(free_b, total);
         cuCtxPopCurrent_v2(NULL);
     }
     cuDevicePrimaryCtxRelease_v2(d);
-    if (r != CUDA_SUCCESS)
-        return nvml_result(r);
+    return r;
+}
+
+/* A device's memory, as _v2 splits it: what the server's NVML says to the
+ * executor, which under a quota is the tenant's view (its quota as the
+ * total, what it holds as used), as the shim's NVML view is locally;
+ * asked without a context, so that a monitor's query (nvidia-smi) does
+ * not count one it made itself. */
+static nvmlReturn_t mem(int d, unsigned long long *total, unsigned long long *reserved, unsigned long long *free_b,
+                        unsigned long long *used)
+{
+    size_t t = 0, r = 0, u = 0, f = 0;
+    CUresult cr = fgrNvmlMemory((CUdevice)d, &t, &r, &u);
+    if (cr == CUDA_ERROR_NOT_SUPPORTED && (cr = ctx_mem(d, &t, &f)) == CUDA_SUCCESS)
+        u = t >= f ? t - f : 0;
+    if (cr != CUDA_SUCCESS)
+        return nvml_result(cr);
     *total = t;
-    *free_b = f;
-    *used = t >= f ? t - f : 0;
+    *reserved = r;
+    *used = u;
+    *free_b = t >= r + u ? t - r - u : 0;
     return NVML_SUCCESS;
 }
 
@@ -367,7 +382,11 @@ FGN_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_
     DEVICE_ARG(device, d);
     if (!memory)
         return NVML_ERROR_INVALID_ARGUMENT;
-    return mem(d, &memory->total, &memory->free, &memory->used);
+    unsigned long long reserved;
+    nvmlReturn_t r = mem(d, &memory->total, &reserved, &memory->free, &memory->used);
+    if (r == NVML_SUCCESS)
+        memory->used += reserved; /* the first version counts it as used */
+    return r;
 }
 
 FGN_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemory_v2_t *memory)
@@ -377,8 +396,7 @@ FGN_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMemo
         return NVML_ERROR_INVALID_ARGUMENT;
     if (memory->version != nvmlMemory_v2)
         return NVML_ERROR_ARGUMENT_VERSION_MISMATCH;
-    memory->reserved = 0;
-    return mem(d, &memory->total, &memory->free, &memory->used);
+    return mem(d, &memory->total, &memory->reserved, &memory->free, &memory->used);
 }
 
 /* The server's NVML, through the client's own operation. */

@@ -99,8 +99,9 @@ func TestRemoteNVML(t *testing.T) {
 	}
 }
 
-// A remote tenant's NVML shows its quota as its CUDA calls do: the memory
-// a program with one context sees.
+// A remote tenant's NVML shows its quota as its CUDA calls do: a program
+// with one context sees that context's memory held, and a query with none
+// (nvidia-smi) none.
 func TestRemoteTenantNVML(t *testing.T) {
 	e := quotaEnv(t)
 	tok := e.token("a")
@@ -110,14 +111,16 @@ func TestRemoteTenantNVML(t *testing.T) {
 	if _, err := fmt.Sscanf(info.stdout, "free %d total %d", &free, &total); err != nil || total != 256*mib {
 		t.Fatalf("memclient info remotely: %+v", info)
 	}
-	r := e.remoteAs(s, tok, "nvmlremote")
+	r := e.remoteAs(s, tok, "nvmlremote", "ctx")
 	want := fmt.Sprintf(" total=%d used=%d free=%d total_v2=%d ", total, total-free, free, total)
 	if r.code != 0 || !strings.Contains(r.stdout, "device 0 ") || !strings.Contains(r.stdout, want) {
 		t.Fatalf("want %q in\nexit %d\n%s%s", want, r.code, r.stdout, r.stderr)
 	}
-	// nvidia-smi, which people and scripts ask, says the same.
+	// nvidia-smi, which people and scripts ask, shows the quota, and no
+	// memory held: its query makes no context (a program's own shows, as
+	// above).
 	smi := e.remoteAs(s, tok, "nvidia-smi", "--query-gpu=memory.total,memory.used,memory.free", "--format=csv,noheader")
-	if want := fmt.Sprintf("%d MiB, %d MiB, %d MiB\n", total>>20, (total-free)>>20, free>>20); smi.code != 0 || smi.stdout != want {
+	if want := fmt.Sprintf("%d MiB, 0 MiB, %d MiB\n", total>>20, total>>20); smi.code != 0 || smi.stdout != want {
 		t.Errorf("nvidia-smi remotely: exit %d %q%s; want %q", smi.code, smi.stdout, smi.stderr, want)
 	}
 }
