@@ -156,6 +156,10 @@ static int select_devices(const char *ids)
         CALL(by_index, (unsigned)found, &devs[ndev++]);
     }
     free(copy);
+    if (!ndev) {
+        fprintf(stderr, "No devices were found matching \"%s\" (-i names none)\n", ids);
+        return EXIT_NO_DEVICE;
+    }
     return 0;
 }
 

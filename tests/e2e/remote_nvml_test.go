@@ -191,6 +191,7 @@ func TestRemoteNvidiaSmi(t *testing.T) {
 		{[]string{"-q"}, 2, `"-q" is not answered for FlexGV's remote GPUs`},
 		{[]string{"-l", "0"}, 2, "-l 0: want whole seconds"},
 		{[]string{"-L", "-i", "7"}, 6, `No devices were found matching "7" (2 GPUs here)`},
+		{[]string{"-L", "-i", ","}, 6, `No devices were found matching "," (-i names none)`},
 	} {
 		r := remote(c.args...)
 		if r.code != c.code || !strings.Contains(r.stderr, c.msg) || r.stdout != "" {
