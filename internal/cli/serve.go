@@ -511,15 +511,10 @@ func remoteRun(addr, tokenFile string, o *launch.Options) error {
 		path += ":" + old
 	}
 	os.Setenv("LD_LIBRARY_PATH", path)
-	if smi := filepath.Join(filepath.Dir(lib), "bin"); isFile(filepath.Join(smi, "nvidia-smi")) {
-		os.Setenv("PATH", smi+string(os.PathListSeparator)+os.Getenv("PATH"))
+	if smi := remote.NvidiaSmi(filepath.Dir(lib)); smi != "" {
+		os.Setenv("PATH", filepath.Dir(smi)+string(os.PathListSeparator)+os.Getenv("PATH"))
 	}
 	o.Driver = lib
 	o.Env = append(o.Env, "FLEXGV_REMOTE="+a.String())
 	return nil
-}
-
-func isFile(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && st.Mode().IsRegular()
 }

@@ -117,6 +117,16 @@ func Built(name string) (string, error) {
 	return "", fmt.Errorf("cannot find %s next to %s (build it with make)", name, exe)
 }
 
+// NvidiaSmi is the remote path's nvidia-smi in the remoting folder dir
+// (NVIDIA's refuses the client's NVML), or "" where dir has none.
+func NvidiaSmi(dir string) string {
+	p := filepath.Join(dir, "bin", "nvidia-smi")
+	if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() {
+		return ""
+	}
+	return p
+}
+
 // Listen opens the server's socket. A unix socket left behind by a server
 // that is gone is replaced; one a live server answers on is refused.
 func Listen(a Addr) (net.Listener, error) {

@@ -22,6 +22,7 @@ import (
 	pluginapi "k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1"
 
 	"github.com/flexgv/flexgv/internal/k8s/vgpu"
+	"github.com/flexgv/flexgv/internal/remote"
 )
 
 // Remote vGPUs. On a GPU server node (Config.RemoteAddr, with flexgv serve
@@ -367,7 +368,7 @@ func (rp *RemotePlugin) allocate(ctx context.Context, pod *corev1.Pod) (*plugina
 	}
 	// NVIDIA's nvidia-smi refuses the remoting NVML; the remote path's
 	// answers where programs and people look for it.
-	if smi := filepath.Join(rp.p.cfg.RemoteLib, "bin", "nvidia-smi"); isFile(smi) {
+	if smi := remote.NvidiaSmi(rp.p.cfg.RemoteLib); smi != "" {
 		mounts = append(mounts, &pluginapi.Mount{ContainerPath: ContainerNvidiaSmi, HostPath: smi, ReadOnly: true})
 	}
 	return &pluginapi.ContainerAllocateResponse{
@@ -565,9 +566,4 @@ func (rp *RemotePlugin) GetPreferredAllocation(context.Context, *pluginapi.Prefe
 // PreStartContainer implements the device-plugin API; not asked for.
 func (rp *RemotePlugin) PreStartContainer(context.Context, *pluginapi.PreStartContainerRequest) (*pluginapi.PreStartContainerResponse, error) {
 	return &pluginapi.PreStartContainerResponse{}, nil
-}
-
-func isFile(p string) bool {
-	st, err := os.Stat(p)
-	return err == nil && st.Mode().IsRegular()
 }
