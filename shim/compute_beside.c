@@ -27,13 +27,22 @@ static int holder_alive(struct gpu *g, uint32_t h, uint64_t now)
  * holder (a CUDA graph's replay, a loop that keeps the GPU busy) waits for
  * the GPU most of its request, and is not run beside; nor is a capped
  * tenant, whose bucket only a holder keeps. */
+/* Whether tenant t keeps lower priorities from running beside it now:
+ * its processes found that it costs their requests (judge_beside). A time
+ * further ahead than it ever sets is not its (garbage in the region). */
+static int kept_off(struct fg_sched_tenant *t, uint64_t now)
+{
+    uint64_t until = LOAD(&t->beside_off_ns);
+    return now < until && until - now <= BESIDE_OFF_MAX_NS;
+}
+
 int beside(struct gpu *g, uint32_t h, uint64_t now)
 {
     if (!g->mps || !h || h > FG_SCHED_SLOTS || cap_of(g) || !LOAD(&g->slots[h - 1].mps))
         return 0;
     struct fg_sched_tenant *ht = tenant_of(g, h - 1);
     if (!ht || LOAD(&ht->priority) <= LOAD(&g->t->priority) || LOAD(&ht->host_bound) < BESIDE_HOST ||
-        now < LOAD(&ht->beside_off_ns))
+        kept_off(ht, now))
         return 0;
     return holder_alive(g, h, now);
 }
@@ -90,7 +99,7 @@ int fills(struct gpu *g, uint32_t h, uint64_t now)
  * p99 1.07-1.91x alone where plain MPS had 1.01-1.08x. */
 int beside_us(struct gpu *g, uint64_t now)
 {
-    if (!g->mps || cap_of(g) || LOAD(&g->t->host_bound) < BESIDE_HOST || now < LOAD(&g->t->beside_off_ns))
+    if (!g->mps || cap_of(g) || LOAD(&g->t->host_bound) < BESIDE_HOST || kept_off(g->t, now))
         return 0;
     uint32_t mp = LOAD(&g->t->priority);
     for (uint32_t w = 0; w < FG_SCHED_WORDS; w++)
@@ -110,13 +119,15 @@ int beside_us(struct gpu *g, uint64_t now)
  * (note_request) and a pause at its end (pause_ends). */
 int beside_everywhere(int n)
 {
-    uint64_t now = fg_now_ns();
+    uint64_t now = 0; /* read once, where needed: a lone holder's launch reads it after the checks */
     for (int i = 0; i < n; i++) {
         struct gpu *g = mine_list[i];
         if (__atomic_load_n(&g->state, __ATOMIC_RELAXED) != G_READY || LOAD(&g->hdr->holder) != g->mine + 1 ||
-            cap_of(g) || (others_in(g, g->hdr->present) && !beside_us(g, now)))
+            cap_of(g) || (others_in(g, g->hdr->present) && !beside_us(g, now ? now : (now = fg_now_ns()))))
             return 0;
     }
+    if (!now)
+        now = fg_now_ns();
     for (int i = 0; i < n; i++) {
         struct gpu *g = mine_list[i];
         __atomic_store_n(&g->me->launches, g->me->launches + 1, __ATOMIC_RELAXED);
@@ -135,8 +146,7 @@ int beside_everywhere(int n)
  * kernels they meet (an H100's eager inference beside 4096² products went
  * from 0.93 host-bound to 0.75, its p99 8.7x alone, where turns kept 1.1x
  * and 2.5x). Then they run in turns, lent our pauses, for off_ns, doubled
- * each time the cost is found again and forgotten once they ran beside
- * for 64 requests at no cost: beside a trainer whose kernels leave room
+ * each time the cost is found again: beside a trainer whose kernels leave room
  * (an H200's eager inference kept 1.01x at 0.97 of the trainer's rate),
  * they stay beside. Requests with no one beside say what ours cost
  * alone. */
@@ -158,8 +168,6 @@ static void judge_beside(struct gpu *g, uint32_t r, int with, uint64_t now)
         __atomic_store_n(&s->off_ns, off, __ATOMIC_RELAXED);
         __atomic_store_n(&s->with_n, 0, __ATOMIC_RELAXED);
         STORE(&g->t->beside_off_ns, now + off);
-    } else if (n + 1 >= 64) {
-        __atomic_store_n(&s->off_ns, 0, __ATOMIC_RELAXED);
     }
 }
 

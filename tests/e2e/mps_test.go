@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -8,6 +9,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/flexgv/flexgv/internal/mps"
 	"github.com/flexgv/flexgv/internal/sched"
@@ -416,6 +418,16 @@ func TestPriorityRunsBesideAHostBoundHolderUnderMPS(t *testing.T) {
 		started := time.Now()
 		var lowGPU float64
 		h, l = pair(run{high: spinner(eager...), low: trainer, during: func() {
+			// Garbage where a tenant keeps lower priorities off (a time
+			// further ahead than the shim ever sets) is not obeyed.
+			f, err := os.OpenFile(sched.Path(e.stateDir(), simUUID0), os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := range sched.MaxTenants {
+				f.WriteAt(bytes.Repeat([]byte{0xff}, 8), sched.TenantLock(i)+int64(unsafe.Offsetof(sched.Tenant{}.BesideOffNs)))
+			}
+			f.Close()
 			lowHeld := func() uint64 { return tenantAt(region(), sched.PriorityLow).HeldNs }
 			from, was := time.Now(), lowHeld()
 			time.Sleep(500 * time.Millisecond)
