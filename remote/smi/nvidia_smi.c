@@ -121,8 +121,12 @@ static int device_text(nvmlDevice_t d, char *out, size_t n)
 /* -i: indices or UUIDs (or their unique prefixes), comma-separated. */
 static int select_devices(const char *ids)
 {
-    if (CALL(count, &nall) != NVML_SUCCESS || nall > MAX_DEVS) {
+    if (CALL(count, &nall) != NVML_SUCCESS) {
         fprintf(stderr, "nvidia-smi: NVML cannot count the GPUs\n");
+        return EXIT_NO_NVML;
+    }
+    if (nall > MAX_DEVS) {
+        fprintf(stderr, "nvidia-smi: NVML says %u GPUs; this nvidia-smi shows %d at most\n", nall, MAX_DEVS);
         return EXIT_NO_NVML;
     }
     if (!ids) {
@@ -135,17 +139,22 @@ static int select_devices(const char *ids)
     }
     char *copy = strdup(ids), *save = NULL;
     for (char *id = strtok_r(copy, ",", &save); id; id = strtok_r(NULL, ",", &save)) {
-        int found = -1;
+        int found = -1, matches = 0;
         char *end;
         unsigned long i = strtoul(id, &end, 10);
-        for (unsigned k = 0; k < nall && found < 0; k++) {
+        for (unsigned k = 0; k < nall; k++) {
             nvmlDevice_t d;
             char u[96];
             if (CALL(by_index, k, &d) != NVML_SUCCESS)
                 continue;
             if ((*id && !*end && i == k) ||
                 (device_text(d, u, sizeof u) == 0 && strlen(id) >= 8 && strncasecmp(u, id, strlen(id)) == 0))
-                found = (int)k;
+                found = (int)k, matches++;
+        }
+        if (matches > 1) {
+            fprintf(stderr, "\"%s\" matches %d GPUs: give more of a UUID\n", id, matches);
+            free(copy);
+            return EXIT_NO_DEVICE;
         }
         if (found < 0 || ndev == MAX_DEVS) {
             fprintf(stderr, "No devices were found matching \"%s\" (%u GPU%s here)\n", id, nall, nall == 1 ? "" : "s");

@@ -192,6 +192,7 @@ func TestRemoteNvidiaSmi(t *testing.T) {
 		{[]string{"-l", "0"}, 2, "-l 0: want whole seconds"},
 		{[]string{"-L", "-i", "7"}, 6, `No devices were found matching "7" (2 GPUs here)`},
 		{[]string{"-L", "-i", ","}, 6, `No devices were found matching "," (-i names none)`},
+		{[]string{"-L", "-i", "GPU-f1e96000"}, 6, `"GPU-f1e96000" matches 2 GPUs: give more of a UUID`},
 	} {
 		r := remote(c.args...)
 		if r.code != c.code || !strings.Contains(r.stderr, c.msg) || r.stdout != "" {
