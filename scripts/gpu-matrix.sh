@@ -131,9 +131,13 @@ under() {
     esac
 }
 # look DIR MECHANISM START: halfway through a pair flexgv schedules, its
-# scheduler's view (hand-overs, waits, each tenant's time) into DIR/top.txt.
+# scheduler's view (hand-overs, waits, each tenant's time) into DIR/top.txt;
+# and its region sampled every 20 ms throughout into DIR/watch.txt (each
+# tenant's host-bound share and time kept from running beside it, beside
+# the loads' own timelines: region_dump.py --every).
 look() {
     [[ $2 == *flexgv ]] || return 0
+    (python3 scripts/gpu/region_dump.py --every 20 $((MATRIX_S + 3)) "$FLEXGV_STATE_DIR" >"$1/watch.txt" 2>&1 &)
     sleep "$(python3 -c "import time; print(max(0, $3 + $MATRIX_S / 2 - time.time()))")"
     "$FLEXGV" top --once >"$1/top.txt" 2>&1
     python3 scripts/gpu/region_dump.py "$FLEXGV_STATE_DIR" >>"$1/top.txt" 2>&1

@@ -5,6 +5,13 @@ its host its requests are, and how many of its processes are MPS clients
 (what running beside a holder under MPS goes by).
 
     python3 scripts/gpu/region_dump.py [STATE_DIR]
+    python3 scripts/gpu/region_dump.py --every MS SECONDS [STATE_DIR]
+
+With --every, samples the first region every MS milliseconds for SECONDS
+instead, a line each: the epoch second, the holder's slot, hand-overs so
+far, and each tenant's host-bound share and how long lower priorities are
+kept from running beside it (ms), so that a scheduler's decisions can be
+laid beside a load's own timeline.
 
 The layout is scripts/gpu/sched_layout_gen.py's, generated with
 include/flexgv/sched_layout_gen.h."""
@@ -12,6 +19,7 @@ import glob
 import os
 import struct
 import sys
+import time
 
 from sched_layout_gen import (SCHED_HEADER, SCHED_MAGIC, SCHED_SLOT, SCHED_SLOT_CLAIMED, SCHED_SLOTS, SCHED_TENANT,
                               SCHED_TENANTS, SCHED_VERSION)
@@ -55,8 +63,36 @@ def dump(path):
     return " | ".join(out)
 
 
-state = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("FLEXGV_STATE_DIR", "")
+def sample(path):
+    """One line of the region's state now (see --every)."""
+    b = open(path, "rb").read()
+    now = time.monotonic_ns()  # the shim's clock (CLOCK_MONOTONIC)
+    out = [f"{time.time():.3f} holder {get(b, SCHED_HEADER, 0, 'holder')} switches {get(b, SCHED_HEADER, 0, 'switches')}"]
+    for i in range(SCHED_TENANTS):
+        o = SCHED_HEADER["tenants"][0] + SCHED_TENANT["SIZE"] * i
+        name = get(b, SCHED_TENANT, o, "name").split(b"\0")[0].decode(errors="replace")
+        if name:
+            off = max(0, get(b, SCHED_TENANT, o, "beside_off_ns") - now)
+            out.append(f"{name} host-bound {get(b, SCHED_TENANT, o, 'host_bound') / FULL:.2f} off {off / 1e6:.0f}")
+    return " | ".join(out)
+
+
+args = sys.argv[1:]
+every = None
+if args[:1] == ["--every"]:
+    if len(args) < 3:
+        sys.exit("region_dump: --every needs MS and SECONDS")
+    every, seconds, args = float(args[1]) / 1000, float(args[2]), args[3:]
+state = args[0] if args else os.environ.get("FLEXGV_STATE_DIR", "")
 paths = sorted(glob.glob(os.path.join(state, "gpu-*")))
+if every is not None:
+    end = time.time() + seconds
+    while time.time() < end:  # the region appears once a tenant's process starts
+        paths = paths or sorted(glob.glob(os.path.join(state, "gpu-*")))
+        if paths:
+            print(sample(paths[0]), flush=True)
+        time.sleep(every)
+    sys.exit(0)
 if not paths:
     sys.exit(f"region_dump: no scheduler region under {state!r}")
 for p in paths:
