@@ -6,11 +6,12 @@
 # time of each and its ratio to the plain run of its round.
 #     scripts/gpu-failover-cost.sh [STEPS] [ROUNDS] [EVERY] [OUT]
 set -uo pipefail
+source "$(dirname "$0")/outdir.sh"
+OUT=$(outdir failover-cost "${4:-}") || exit 2
 cd "$(dirname "$0")/.."
 STEPS=${1:-15000}
 ROUNDS=${2:-3}
 EVERY=${3:-10s}
-OUT=${4:-${OUT:-/tmp}}
 B=$PWD/build
 FLEXGV=$B/bin/flexgv
 tmp=$(mktemp -d)
