@@ -146,7 +146,10 @@ int beside_everywhere(int n)
  * kernels they meet (an H100's eager inference beside 4096² products went
  * from 0.93 host-bound to 0.75, its p99 8.7x alone, where turns kept 1.1x
  * and 2.5x). Then they run in turns, lent our pauses, for off_ns, doubled
- * each time the cost is found again: beside a trainer whose kernels leave room
+ * each time the cost is found again, from seconds: each look leaves the
+ * requests behind their arrivals (on that H100, for 0.3-6 s after it), so
+ * looks a quarter of a second apart kept its p99 at 3-38x alone, looks 8 s
+ * apart at 1.24x, as turns only did. Beside a trainer whose kernels leave room
  * (an H200's eager inference kept 1.01x at 0.97 of the trainer's rate),
  * they stay beside. Requests with no one beside say what ours cost
  * alone. */

@@ -468,7 +468,7 @@ func TestPriorityRunsBesideAHostBoundHolderUnderMPS(t *testing.T) {
 		// what waiting for the GPU costs them says so, and they stay within
 		// 10 % of alone (the low tenant, with no pauses to be lent, gets
 		// little: priority first).
-		costly := []string{"160", "3", "16", "0", "eager", "200"}
+		costly := []string{"160", "6", "16", "0", "eager", "200"}
 		alone = e.spinnerUnder([]string{"--priority", "high"}, costly...)
 		alone.start()
 		ca := alone.result()
@@ -478,6 +478,14 @@ func TestPriorityRunsBesideAHostBoundHolderUnderMPS(t *testing.T) {
 		if h.p50 > 1.1*ca.p50+2*requestDelay(h) {
 			hc.Errorf("under MPS requests slowed by the low tenant's kernels took %.0f µs (p50), %.0f µs alone; want within 10 %% + %.0f µs (host delays)",
 				h.p50, ca.p50, 2*requestDelay(h))
+		}
+		// Nor does looking again whether it still costs them come round
+		// often: each look slows requests (on an H100, a look beside 4096²
+		// products left eager inference behind its arrivals for 0.3-6 s),
+		// and looks a quarter of a second apart put one in every run's p99.
+		if h.p99 > 1.25*ca.p99+2*requestDelay(h) {
+			hc.Errorf("under MPS requests slowed by the low tenant's kernels took %.0f µs (p99), %.0f µs alone; want within 25 %% + %.0f µs (host delays)",
+				h.p99, ca.p99, 2*requestDelay(h))
 		}
 
 		// With pauses between requests (a server below its peak rate), the
