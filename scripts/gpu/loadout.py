@@ -63,6 +63,51 @@ def latency_within(path, lo, hi):
     raise ValueError(f"{path}: no requests line")
 
 
+def behind(path, lo, hi, alone_p50):
+    """The stretches of requests (arrived between epoch seconds lo and hi)
+    behind their arrivals: from one over 3x alone_p50 (ms) while they stay
+    over 2x; five requests at least. Each (epoch second of the first's
+    arrival, requests, seconds, longest ms)."""
+    t0, _ = span(path)
+    for f in lines(path):
+        if len(f) >= 2 and f[0] == "requests":
+            rate = float(f[1])
+            if not rate > 0:
+                raise ValueError(f"{path}: a request rate of {f[1]}")
+            lat = [(t0 + k / rate, float(ms)) for k, ms in enumerate(f[2:]) if lo <= t0 + k / rate < hi]
+            out, i = [], 0
+            while i < len(lat):
+                if lat[i][1] <= 3 * alone_p50:
+                    i += 1
+                    continue
+                j = i
+                while j < len(lat) and lat[j][1] > 2 * alone_p50:
+                    j += 1
+                if j - i >= 5:
+                    out.append((lat[i][0], j - i, lat[j - 1][0] - lat[i][0], max(ms for _, ms in lat[i:j])))
+                i = j
+            return out
+    raise ValueError(f"{path}: no requests line")
+
+
+def watch(path):
+    """The region as region_dump.py --every sampled it: (epoch second,
+    hand-overs so far, {tenant: ms lower priorities are kept off it})."""
+    out = []
+    for line in open(path):
+        parts = line.split(" | ")
+        head = parts[0].split()
+        if len(head) != 5 or head[1] != "holder":
+            continue
+        off = {}
+        for t in parts[1:]:
+            f = t.split()
+            if len(f) == 5 and f[3] == "off":
+                off[f[0]] = float(f[4])
+        out.append((float(head[0]), int(head[4]), off))
+    return out
+
+
 def slow(path):
     """The requests over 5x p50, by arrival: (seconds, ms)."""
     return [(float(f[1]), float(f[2])) for f in lines(path) if len(f) >= 3 and f[0] == "slow"]

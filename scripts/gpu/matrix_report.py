@@ -21,6 +21,8 @@ runs/peak/REQUEST.txt without a .peak beside it), and the trainer's
 rate over its alone. flexgv's target: p50 and p99 no worse than
 time-slicing's with the trainer ≥ 0.9 of what time-slicing leaves it;
 under MPS, p99 ≤ 1.10× alone with the trainer ≥ 0.75.
+Then, under flexgv, each stretch of requests behind their arrivals, with
+what the scheduler's region (the pair's watch.txt) shows at its start.
 """
 import glob
 import math
@@ -214,6 +216,44 @@ if prio_rows:
             met = mf[1] <= 1.10 and mf[2] >= 0.75
             verdicts.append(f"under MPS {'met' if met else 'missed'}: p99 {mf[1]:.2f}×, trainer {mf[2]:.2f}")
         lines.append(f"| {a} / {b} | " + " | ".join(row) + " | " + "; ".join(verdicts) + " |")
+    lines.append("")
+
+# Where flexgv's requests fell behind their arrivals: each stretch, and
+# what the scheduler's region (watch.txt) shows at its start: a look
+# (lower priorities newly kept from running beside, within 0.3 s), and
+# the hand-overs while it lasted (none: the holder never paused).
+stretches = []
+for a, b, _, mechs in prio_rows:
+    for m in ("flexgv", "mpsflexgv"):
+        for r in mechs.get(m, []):
+            base = os.path.join(runs, "priority", f"{a}+{b}", m, r)
+            pq, pt, pw = (os.path.join(base, n) for n in ("req.txt", "trn.txt", "watch.txt"))
+            both = together(pq, pt)
+            solo = alone(a, r, loadout.latency)
+            if both is None or solo is None:
+                continue
+            got = result(pq, lambda p: loadout.behind(p, *both, solo[0]))
+            if not got:
+                continue
+            t0 = both[0]
+            seen = loadout.watch(pw) if os.path.exists(pw) else []
+            told = []
+            for at, n, secs, worst in got:
+                text = f"at {at - t0:.2f} s, {n} requests over {secs:.2f} s (up to {worst:.0f} ms)"
+                near = [w for w in seen if at - 0.3 <= w[0] <= at + 0.3]
+                if seen:
+                    before = [w for w in seen if w[0] < at - 0.3]
+                    was = before[-1][2] if before else {}
+                    looked = any(ms > was.get(t, 0) + 300 for w in near for t, ms in w[2].items())
+                    during = [w[1] for w in seen if at <= w[0] <= at + secs]
+                    text += (", a look beside at its start" if looked else "") + \
+                        (f", {during[-1] - during[0]} hand-overs meanwhile" if len(during) > 1 else "")
+                told.append(text)
+            stretches.append(f"- {a} / {b}, {LABELS[m]}, round {r}: " + "; ".join(told))
+if stretches:
+    lines.append("Where flexgv's requests fell behind their arrivals (over 3× alone's p50, while over 2×; "
+                 "five requests at least), seconds from the pair's start\n")
+    lines.extend(stretches)
     lines.append("")
 
 

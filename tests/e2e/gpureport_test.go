@@ -270,6 +270,30 @@ func TestMatrixReportJudgesWithinARound(t *testing.T) {
 			t.Fatalf("the pair's SVG is not well-formed XML: %v\n%s", err, b)
 		}
 	}
+	// Under flexgv, where the requests fell behind their arrivals: nine
+	// from the second 2 s in, beside what the region's samples show then
+	// (a look at running beside, the GPU handed over 3 times meanwhile).
+	req := strings.Split(latFrom(5.0, 6.3, 1000), " ")
+	for i := 200; i < 209; i++ {
+		req[4+i] = "30.000" // after "span", its two seconds, "requests" and the rate
+	}
+	put("priority/infer+matmul/mpsflexgv/1/req.txt", strings.Join(req, " "))
+	sample := func(at float64, switches, off int) string {
+		return fmt.Sprintf("%.3f holder 2 switches %d | run-2 host-bound 0.01 off 0 | run-3 host-bound 0.95 off %d\n", at, switches, off)
+	}
+	put("priority/infer+matmul/mpsflexgv/1/watch.txt", sample(1001.5, 90, 0)+sample(1001.98, 100, 0)+sample(1002.0, 100, 8000)+
+		sample(1002.04, 102, 7960)+sample(1002.08, 103, 7920)+sample(1003, 400, 7000))
+	stretch := "- infer / matmul, flexgv under MPS, round 1: at 2.00 s, 9 requests over 0.08 s (up to 30 ms), a look beside at its start, 3 hand-overs meanwhile"
+	if out, code = report(t, "matrix_report.py", dir); code != 0 || !strings.Contains(out, stretch) ||
+		!strings.Contains(out, "under MPS met: p99 1.05×") || strings.Contains(out, "round 2:") {
+		t.Errorf("matrix_report.py with requests behind their arrivals: exit %d, want %q alone and the figures as before:\n%s", code, stretch, out)
+	}
+	// Without the region's samples, the stretch alone.
+	os.Remove(filepath.Join(dir, "runs", "priority/infer+matmul/mpsflexgv/1/watch.txt"))
+	if out, _ = report(t, "matrix_report.py", dir); !strings.Contains(out, "round 1: at 2.00 s, 9 requests over 0.08 s (up to 30 ms)\n") {
+		t.Errorf("matrix_report.py with requests behind and no samples: want the stretch alone:\n%s", out)
+	}
+
 	// A trainer that started 6 s late in both rounds (its setup outlasted
 	// the request's), at its alone rate once the requests ended: only its
 	// first 4 windows met them, and only the requests from its start count.
