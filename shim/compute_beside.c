@@ -197,6 +197,17 @@ void note_request(struct gpu *g, uint64_t at, uint64_t now)
     __atomic_store_n(&g->side.issued_avg, i, __ATOMIC_RELAXED);
     __atomic_store_n(&g->side.took_avg, t, __ATOMIC_RELAXED);
     STORE(&g->t->host_bound, t ? (uint32_t)(i > t ? FULL : i * FULL / t) : 0);
-    if (g->mps)
+    if (g->mps) {
+        /* With no other process left on the GPU, what lower priorities cost
+         * says nothing of those that come next: looks start again from the
+         * first (kept off for minutes, a trainer that leaves room arriving
+         * later would take turns all along). */
+        if (!others_in(g, g->hdr->present) &&
+            (__atomic_load_n(&g->side.off_ns, __ATOMIC_RELAXED) || LOAD(&g->t->beside_off_ns))) {
+            __atomic_store_n(&g->side.off_ns, 0, __ATOMIC_RELAXED);
+            __atomic_store_n(&g->side.with_n, 0, __ATOMIC_RELAXED);
+            STORE(&g->t->beside_off_ns, 0);
+        }
         judge_beside(g, (uint32_t)(issued > took ? FULL : issued * FULL / took), with, now);
+    }
 }

@@ -488,6 +488,38 @@ func TestPriorityRunsBesideAHostBoundHolderUnderMPS(t *testing.T) {
 				h.p99, ca.p99, 2*requestDelay(h))
 		}
 
+		// Once no other process is left on the GPU, what the trainer cost
+		// says nothing of the next to come: looks start again from the
+		// first, where a trainer that leaves room, arriving later, would
+		// otherwise take turns for minutes.
+		hi := e.clientUnder("env", []string{"--priority", "high"}, spinner("160", "5", "16", "0", "eager", "200")...)
+		lo := e.spinnerUnder([]string{"--priority", "low"}, "1000", "1.5", "16")
+		hi.start()
+		lo.start()
+		rg := schedtest.Open(t, e.stateDir(), simUUID0)
+		// poll: how long lower priorities are kept off the high tenant once
+		// that is what want says of it, or after 3 s
+		poll := func(want func(time.Duration) bool) time.Duration {
+			var off time.Duration
+			for end := time.Now().Add(3 * time.Second); time.Now().Before(end); time.Sleep(20 * time.Millisecond) {
+				if name := tenantAt(region(), sched.PriorityHigh).Name; name != "" {
+					if off = rg.BesideOff(name); want(off) {
+						break
+					}
+				}
+			}
+			return off
+		}
+		kept := poll(func(d time.Duration) bool { return d > 0 })
+		lo.result()
+		after := poll(func(d time.Duration) bool { return d == 0 })
+		hi.result()
+		t.Logf("under MPS, requests of 160 µs kernels: lower priorities kept off for %v beside the trainer, %v once it was gone", kept, after)
+		if kept < 2*time.Second || after != 0 {
+			hc.Errorf("under MPS, lower priorities kept off the requests for %v beside a trainer that slowed them, %v once it was gone; want seconds, then none",
+				kept, after)
+		}
+
 		// With pauses between requests (a server below its peak rate), the
 		// GPU is not handed to the low tenant at each pause: it runs beside
 		// meanwhile anyway, and taking the GPU back would only cost requests.
