@@ -5,6 +5,8 @@
 # taken after), and with --failover --checkpoint-every EVERY; the training
 # time of each and its ratio to the plain run of its round.
 #     scripts/gpu-failover-cost.sh [STEPS] [ROUNDS] [EVERY] [OUT]
+# OUT (made if needed; default: a new folder under $TMPDIR) gets the
+# servers' and the client's logs.
 set -uo pipefail
 source "$(dirname "$0")/outdir.sh"
 OUT=$(outdir failover-cost "${4:-}") || exit 2
