@@ -117,7 +117,7 @@ enum { RING = 256 };                  /* launches tracked in flight per GPU, at 
 #define BESIDE_OFF_NS 8000000000ull   /* ...then not for this long, doubled at each such cost found again... */
 #endif
 #ifndef BESIDE_OFF_MAX_NS
-#define BESIDE_OFF_MAX_NS 600000000000ull /* ...up to this (each look costs: judge_beside) */
+#define BESIDE_OFF_MAX_NS FG_BESIDE_OFF_MAX_NS /* ...up to this (each look costs: judge_beside) */
 #endif
 #ifndef FILL_AHEAD_NS
 #define FILL_AHEAD_NS 2000000ll       /* what a fill keeps in flight: what the holder's next kernel may wait for */

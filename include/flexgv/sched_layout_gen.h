@@ -16,6 +16,7 @@
 #define FG_PRIORITY_NORMAL 0x4ULL
 #define FG_PRIORITY_HIGH 0x7ULL
 #define FG_PRIORITY_MAX 0x9ULL
+#define FG_BESIDE_OFF_MAX_NS 0x8bb2c97000ULL
 
 /* one tenant on the GPU */
 struct fg_sched_tenant {

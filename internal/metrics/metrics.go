@@ -69,6 +69,8 @@ var (
 		"Those of a tenant's scheduled processes on a GPU that are MPS clients (their kernels run beside other clients').", tenantLabels, nil)
 	hostBoundDesc = prometheus.NewDesc("flexgv_tenant_host_bound_ratio",
 		"Of a tenant's requests' time on a GPU, the part not spent waiting for it, as its processes measure it while others share the GPU; under MPS lower priorities run beside a holder at 0.75 or more, and equals fill its gaps at its share (0.60 at least). Absent until measured.", tenantLabels, nil)
+	besideOffDesc = prometheus.NewDesc("flexgv_tenant_beside_off_seconds",
+		"How much longer lower priorities take turns with a tenant's processes on a GPU rather than run beside them under MPS: its requests found that running beside cost them. Absent when they run beside, or no lower priority is there.", tenantLabels, nil)
 	switchesDesc = prometheus.NewDesc("flexgv_gpu_scheduler_switches_total",
 		"Hand-overs of a GPU from one tenant to another by its scheduler.", gpuLabels, nil)
 	infoDesc = prometheus.NewDesc("flexgv_tenant_info",
@@ -87,7 +89,7 @@ func New(src Source) *Collector { return &Collector{src} }
 // Describe implements prometheus.Collector.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{quotaDesc, usedDesc, procsDesc, ctxDesc, refusedDesc, smDesc, mpsDesc, gpuTotalDesc, gpuUsedDesc, gpuUtilDesc, heldDesc, infoDesc,
-		shareDesc, capDesc, prioDesc, gpuTimeDesc, throttledDesc, preemptDesc, schedProcsDesc, mpsProcsDesc, hostBoundDesc, switchesDesc} {
+		shareDesc, capDesc, prioDesc, gpuTimeDesc, throttledDesc, preemptDesc, schedProcsDesc, mpsProcsDesc, hostBoundDesc, besideOffDesc, switchesDesc} {
 		ch <- d
 	}
 }
@@ -188,6 +190,9 @@ func (c *Collector) collectSched(ch chan<- prometheus.Metric, index map[string]s
 			metric(mpsProcsDesc, prometheus.GaugeValue, float64(t.MPSProcs), labels...)
 			if t.HostBound > 0 {
 				metric(hostBoundDesc, prometheus.GaugeValue, t.HostBound, labels...)
+			}
+			if t.BesideOffNs > 0 {
+				metric(besideOffDesc, prometheus.GaugeValue, float64(t.BesideOffNs)/1e9, labels...)
 			}
 		}
 	}

@@ -47,7 +47,7 @@ var (
 // A GPU's scheduler with a tenant holding it and one with no process left.
 var schedGPUs = []*sched.GPU{
 	{UUID: uuidA, Switches: 12, Tenants: []sched.TenantStat{
-		{Name: "a", Policy: sched.Policy{Share: 3000, Cap: 5000, Priority: sched.PriorityHigh}, HeldNs: 1_500_000_000, WaitedNs: 250_000_000, Preemptions: 3, Pids: []int32{10, 11}, MPSProcs: 1, HostBound: 0.875, Holder: true},
+		{Name: "a", Policy: sched.Policy{Share: 3000, Cap: 5000, Priority: sched.PriorityHigh}, HeldNs: 1_500_000_000, WaitedNs: 250_000_000, Preemptions: 3, Pids: []int32{10, 11}, MPSProcs: 1, HostBound: 0.875, Holder: true, BesideOffNs: 7_500_000_000},
 		{Name: "c", Policy: sched.Policy{Priority: sched.PriorityLow}, HeldNs: 2_000_000_000, WaitedNs: 4_000_000_000},
 	}},
 }
@@ -140,6 +140,9 @@ flexgv_tenant_mps_processes{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="c"} 0
 # HELP flexgv_tenant_host_bound_ratio Of a tenant's requests' time on a GPU, the part not spent waiting for it, as its processes measure it while others share the GPU; under MPS lower priorities run beside a holder at 0.75 or more, and equals fill its gaps at its share (0.60 at least). Absent until measured.
 # TYPE flexgv_tenant_host_bound_ratio gauge
 flexgv_tenant_host_bound_ratio{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="a"} 0.875
+# HELP flexgv_tenant_beside_off_seconds How much longer lower priorities take turns with a tenant's processes on a GPU rather than run beside them under MPS: its requests found that running beside cost them. Absent when they run beside, or no lower priority is there.
+# TYPE flexgv_tenant_beside_off_seconds gauge
+flexgv_tenant_beside_off_seconds{gpu_index="1",gpu_uuid="` + uuidA + `",tenant="a"} 7.5
 `
 
 const gpuText = `

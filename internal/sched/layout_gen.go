@@ -16,6 +16,7 @@ const (
 	PriorityNormal = 0x4
 	PriorityHigh   = 0x7
 	PriorityMax    = 0x9
+	BesideOffMaxNs = 0x8bb2c97000
 )
 
 // Tenant mirrors struct fg_sched_tenant: one tenant on the GPU.

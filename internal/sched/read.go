@@ -27,6 +27,9 @@ type TenantStat struct {
 	HostBound   float64 `json:"host_bound"`  // of its requests' time, the part not spent waiting for the GPU, as its processes measure it while others share the GPU; 0: not measured
 	InFlight    uint64  `json:"in_flight"`   // launches and blocking copies its processes have on the GPU, as they last counted them (0 while alone: not tracked)
 	Holder      bool    `json:"holder"`      // one of its processes holds the GPU
+	// how much longer lower priorities are kept from running beside it
+	// under MPS (its requests found that it cost them); 0: they are not
+	BesideOffNs uint64 `json:"beside_off_ns"`
 }
 
 // GPU is a snapshot of one GPU's scheduler.
@@ -56,6 +59,10 @@ func Read(dir, uuid string) (*GPU, error) {
 		return nil, fmt.Errorf("%s: not a scheduler region of this flexgv", f.Name())
 	}
 	g := &GPU{UUID: cstr(h.UUID[:]), Switches: h.Switches}
+	var now unix.Timespec // the shims' clock
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &now); err != nil {
+		return nil, err
+	}
 	byIndex := map[int]int{}
 	for i := range h.Tenants {
 		held, err := liveness.Held(f, TenantLock(i), 1)
@@ -70,7 +77,7 @@ func Read(dir, uuid string) (*GPU, error) {
 		g.Tenants = append(g.Tenants, TenantStat{Name: cstr(t.Name[:]),
 			Policy: Policy{Share: t.Share, Cap: t.Cap, Priority: t.Priority},
 			HeldNs: t.HeldNs, WaitedNs: t.WaitedNs, Preemptions: t.Preemptions,
-			HostBound: float64(min(t.HostBound, fullShare)) / fullShare})
+			HostBound: float64(min(t.HostBound, fullShare)) / fullShare, BesideOffNs: ahead(t.BesideOffNs, uint64(now.Nano()))})
 	}
 	for i := 0; i < MaxSlots; i++ {
 		s := (*Slot)(unsafe.Pointer(&buf[SlotLock(i)]))
@@ -131,4 +138,13 @@ func List(dir string) (gpus []*GPU, bad []error, err error) {
 		}
 	}
 	return gpus, bad, nil
+}
+
+// ahead is how far until (CLOCK_MONOTONIC) is past now; 0 when it is not,
+// or when it is further than a shim ever sets (garbage in the region).
+func ahead(until, now uint64) uint64 {
+	if until <= now || until-now > BesideOffMaxNs {
+		return 0
+	}
+	return until - now
 }

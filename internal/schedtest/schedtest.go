@@ -92,10 +92,9 @@ func (r *Region) SetHostBound(name string, v uint32) {
 	r.t.Fatalf("no tenant %q in the region", name)
 }
 
-// BesideOff is how much longer the tenant named name keeps lower
-// priorities from running beside it under MPS (0: it does not), as its
-// processes last decided.
-func (r *Region) BesideOff(name string) time.Duration {
+// SetBesideOff makes the tenant named name keep lower priorities from
+// running beside it for d from now, as its MPS clients would.
+func (r *Region) SetBesideOff(name string, d time.Duration) {
 	r.t.Helper()
 	var now unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &now); err != nil {
@@ -104,14 +103,11 @@ func (r *Region) BesideOff(name string) time.Duration {
 	for i := range r.hdr.Tenants {
 		t := &r.hdr.Tenants[i]
 		if strings.TrimRight(string(t.Name[:]), "\x00") == name {
-			if until := int64(atomic.LoadUint64(&t.BesideOffNs)); until > now.Nano() {
-				return time.Duration(until - now.Nano())
-			}
-			return 0
+			atomic.StoreUint64(&t.BesideOffNs, uint64(now.Nano()+int64(d)))
+			return
 		}
 	}
 	r.t.Fatalf("no tenant %q in the region", name)
-	return 0
 }
 
 // HeldSince makes the holder's time unpaid since ns (CLOCK_MONOTONIC).

@@ -44,6 +44,7 @@ type jsonTenant struct {
 	WaitedNs    uint64   `json:"waited_ns"`
 	Preemptions uint64   `json:"preemptions"`
 	Holder      bool     `json:"holder"`
+	BesideOffNs uint64   `json:"beside_off_ns,omitempty"` // lower priorities take turns with it, not beside it, this much longer (MPS)
 	Achieved    *float64 `json:"achieved"`
 	Throttled   *float64 `json:"throttled"`
 }
@@ -72,7 +73,7 @@ func WriteJSON(w io.Writer, prev *Snapshot, cur Snapshot) error {
 			jg.Tenants = append(jg.Tenants, jsonTenant{Name: t.Name, Share: t.Policy.Share, Cap: t.Policy.Cap,
 				Priority: t.Policy.Priority, SM: t.SM, Quota: t.Quota, Used: t.Used, Procs: t.Procs, Suspended: t.Suspended, Scheduled: t.Scheduled,
 				HeldNs: t.HeldNs, WaitedNs: t.WaitedNs, Preemptions: t.Preemptions, Holder: t.Holder,
-				Achieved: known(r.Achieved), Throttled: known(r.Throttled)})
+				BesideOffNs: t.BesideOffNs, Achieved: known(r.Achieved), Throttled: known(r.Throttled)})
 		}
 		v.GPUs = append(v.GPUs, jg)
 	}

@@ -129,8 +129,12 @@ func Render(prev *Snapshot, cur Snapshot) string {
 			if t.Suspended {
 				name += " (suspended)"
 			}
+			prio := sched.PriorityName(t.Policy.Priority)
+			if t.BesideOffNs > 0 { // lower priorities take turns with it, not beside it, for this long
+				prio += fmt.Sprintf(" (turns %.0fs)", math.Ceil(float64(t.BesideOffNs)/1e9))
+			}
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", name, share, achieved, pct(r.Achieved), limit,
-				sched.PriorityName(t.Policy.Priority), sms, mem, t.Procs, throttled, preempted)
+				prio, sms, mem, t.Procs, throttled, preempted)
 		}
 		tw.Flush()
 	}

@@ -48,6 +48,7 @@ type Tenant struct {
 	Procs       int    // its processes on the GPU
 	Suspended   bool   // flexgv suspend holds its processes off the GPU
 	SM          uint32 // percentage of the SMs under MPS; 0: all
+	BesideOffNs uint64 // how much longer lower priorities take turns with it rather than run beside it (MPS)
 }
 
 // Source is what a snapshot reads.
@@ -100,7 +101,7 @@ func (s Source) Read() (Snapshot, error) {
 		g.Switches = sg.Switches
 		for _, st := range sg.Tenants {
 			g.Tenants = append(g.Tenants, Tenant{Name: st.Name, Policy: st.Policy, Scheduled: true, HeldNs: st.HeldNs,
-				WaitedNs: st.WaitedNs, Preemptions: st.Preemptions, Holder: st.Holder, Procs: len(st.Pids)})
+				WaitedNs: st.WaitedNs, Preemptions: st.Preemptions, Holder: st.Holder, Procs: len(st.Pids), BesideOffNs: st.BesideOffNs})
 		}
 	}
 	sms := map[string]uint32{}

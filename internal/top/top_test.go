@@ -118,6 +118,28 @@ func TestRenderShowsTargetsAndAchievedShares(t *testing.T) {
 	row(t, out, `  infer \*\s+30%\s+\[\.{5}\|\.{14}\]\s+-\s+-\s+high\s+-\s+0B/1GiB\s+1\s+0\.0s\s+0`)
 }
 
+// A tenant whose requests found lower priorities beside them costly (under
+// MPS) says for how much longer they take turns with it instead; a time
+// further ahead than a shim sets (garbage in the region) is not shown.
+func TestRenderShowsLowerPrioritiesKeptOff(t *testing.T) {
+	src, r, _ := node(t)
+	r.SetBesideOff("infer", 7500*time.Millisecond)
+	snap, err := src.Read()
+	if err != nil {
+		t.Fatal(err)
+	}
+	row(t, Render(nil, snap), `  infer \*\s+30%\s+\S+\s+-\s+-\s+high \(turns 8s\)\s+-\s+0B/1GiB\s+1\s+0\.0s\s+0`)
+	var b strings.Builder
+	if err := WriteJSON(&b, nil, snap); err != nil || !strings.Contains(b.String(), `"beside_off_ns": 74`) {
+		t.Errorf("flexgv top --json: %v, want infer's beside_off_ns near 7.5 s:\n%s", err, b.String())
+	}
+	r.SetBesideOff("infer", time.Hour)
+	if snap, err = src.Read(); err != nil {
+		t.Fatal(err)
+	}
+	row(t, Render(nil, snap), `  infer \*\s+30%\s+\S+\s+-\s+-\s+high\s+-\s+0B/1GiB\s+1\s+0\.0s\s+0`)
+}
+
 // A tenant whose entry was made again (its counters start at zero) has no
 // rate for the interval, rather than a huge one.
 func TestRatesAcrossACounterRestart(t *testing.T) {

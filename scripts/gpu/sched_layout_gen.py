@@ -15,6 +15,7 @@ PRIORITY_LOW = 0x1
 PRIORITY_NORMAL = 0x4
 PRIORITY_HIGH = 0x7
 PRIORITY_MAX = 0x9
+BESIDE_OFF_MAX_NS = 0x8bb2c97000
 
 # struct fg_sched_tenant: one tenant on the GPU
 SCHED_TENANT = {

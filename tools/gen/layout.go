@@ -219,6 +219,9 @@ var schedConsts = []constSpec{
 	{"FG_PRIORITY_NORMAL", "PriorityNormal", 4},
 	{"FG_PRIORITY_HIGH", "PriorityHigh", 7},
 	{"FG_PRIORITY_MAX", "PriorityMax", 9},
+	// the longest a tenant keeps lower priorities from running beside it
+	// (beside_off_ns): a time further ahead is garbage, to shim and readers
+	{"FG_BESIDE_OFF_MAX_NS", "BesideOffMaxNs", 600_000_000_000},
 }
 
 func emitLayoutC(l layout) string {
