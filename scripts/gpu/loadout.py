@@ -47,20 +47,26 @@ def latency(path):
     raise ValueError(f"{path}: no latency_ms line")
 
 
-def latency_within(path, lo, hi):
-    """(p50 ms, p99 ms, requests) of the requests of an inference run that
-    arrived between epoch seconds lo and hi; at least 100."""
+def arrivals(path, lo, hi):
+    """Each request of an inference run that arrived between epoch seconds
+    lo and hi: (epoch second of its arrival, ms it took)."""
     t0, _ = span(path)
     for f in lines(path):
         if len(f) >= 2 and f[0] == "requests":
             rate = float(f[1])
             if not rate > 0:
                 raise ValueError(f"{path}: a request rate of {f[1]}")
-            lat = sorted(float(ms) for k, ms in enumerate(f[2:]) if lo <= t0 + k / rate < hi)
-            if len(lat) < 100:
-                raise ValueError(f"{path}: {len(lat)} of its requests met the other load's work")
-            return lat[len(lat) // 2], lat[int(len(lat) * 0.99)], len(lat)
+            return [(t0 + k / rate, float(ms)) for k, ms in enumerate(f[2:]) if lo <= t0 + k / rate < hi]
     raise ValueError(f"{path}: no requests line")
+
+
+def latency_within(path, lo, hi):
+    """(p50 ms, p99 ms, requests) of the requests of an inference run that
+    arrived between epoch seconds lo and hi; at least 100."""
+    lat = sorted(ms for _, ms in arrivals(path, lo, hi))
+    if len(lat) < 100:
+        raise ValueError(f"{path}: {len(lat)} of its requests met the other load's work")
+    return lat[len(lat) // 2], lat[int(len(lat) * 0.99)], len(lat)
 
 
 def behind(path, lo, hi, alone_p50):
@@ -68,26 +74,19 @@ def behind(path, lo, hi, alone_p50):
     behind their arrivals: from one over 3x alone_p50 (ms) while they stay
     over 2x; five requests at least. Each (epoch second of the first's
     arrival, requests, seconds, longest ms)."""
-    t0, _ = span(path)
-    for f in lines(path):
-        if len(f) >= 2 and f[0] == "requests":
-            rate = float(f[1])
-            if not rate > 0:
-                raise ValueError(f"{path}: a request rate of {f[1]}")
-            lat = [(t0 + k / rate, float(ms)) for k, ms in enumerate(f[2:]) if lo <= t0 + k / rate < hi]
-            out, i = [], 0
-            while i < len(lat):
-                if lat[i][1] <= 3 * alone_p50:
-                    i += 1
-                    continue
-                j = i
-                while j < len(lat) and lat[j][1] > 2 * alone_p50:
-                    j += 1
-                if j - i >= 5:
-                    out.append((lat[i][0], j - i, lat[j - 1][0] - lat[i][0], max(ms for _, ms in lat[i:j])))
-                i = j
-            return out
-    raise ValueError(f"{path}: no requests line")
+    lat = arrivals(path, lo, hi)
+    out, i = [], 0
+    while i < len(lat):
+        if lat[i][1] <= 3 * alone_p50:
+            i += 1
+            continue
+        j = i
+        while j < len(lat) and lat[j][1] > 2 * alone_p50:
+            j += 1
+        if j - i >= 5:
+            out.append((lat[i][0], j - i, lat[j - 1][0] - lat[i][0], max(ms for _, ms in lat[i:j])))
+        i = j
+    return out
 
 
 def watch(path):
