@@ -70,13 +70,18 @@ func TestDataParallelJobsShareTheirGPUsInGangs(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, "FLEXGV_SIM_DEVICES=2")
 	const steps = 600
-	alone := ddpRun(t, e.ddpJob("a", []string{"--compute", "50%"}, steps))[0]
-	shared := ddpRun(t, e.ddpJob("a", []string{"--compute", "50%"}, steps), e.ddpJob("b", []string{"--compute", "50%"}, steps))
-	t.Logf("steps/s: alone %.1f; --compute 50%% each %.1f and %.1f", alone, shared[0], shared[1])
-	if together := shared[0] + shared[1]; together < 0.56*alone {
-		t.Errorf("two jobs at --compute 50%% made %.1f and %.1f steps/s, together %.2f of one alone (%.1f), want ≥ 0.56",
-			shared[0], shared[1], together/alone, alone)
-	}
+	// Once more where a run misses: a busy 2-core host once held the
+	// ranks of both jobs to 0.49 together (without gang turns, 0.46 here);
+	// a mechanism that misses misses twice.
+	hostBound(t, func(hc *hostCheck) {
+		alone := ddpRun(t, e.ddpJob("a", []string{"--compute", "50%"}, steps))[0]
+		shared := ddpRun(t, e.ddpJob("a", []string{"--compute", "50%"}, steps), e.ddpJob("b", []string{"--compute", "50%"}, steps))
+		t.Logf("steps/s: alone %.1f; --compute 50%% each %.1f and %.1f", alone, shared[0], shared[1])
+		if together := shared[0] + shared[1]; together < 0.56*alone {
+			hc.Errorf("two jobs at --compute 50%% made %.1f and %.1f steps/s, together %.2f of one alone (%.1f), want ≥ 0.56",
+				shared[0], shared[1], together/alone, alone)
+		}
+	})
 }
 
 // A group the simulated GPU cannot read is said once, and its collectives
