@@ -98,12 +98,11 @@ def watch(path):
         head = parts[0].split()
         if len(head) != 5 or head[1] != "holder":
             continue
-        off = {}
-        for t in parts[1:]:
-            f = t.split()
-            if len(f) == 5 and f[3] == "off":
-                off[f[0]] = float(f[4])
-        out.append((float(head[0]), int(head[4]), off))
+        try:  # a line cut short (the sampler ended) or garbled is left out
+            off = {f[0]: float(f[4]) for f in (t.split() for t in parts[1:]) if len(f) == 5 and f[3] == "off"}
+            out.append((float(head[0]), int(head[4]), off))
+        except ValueError:
+            continue
     return out
 
 

@@ -66,6 +66,8 @@ def dump(path):
 def sample(path):
     """One line of the region's state now (see --every)."""
     b = open(path, "rb").read()
+    if len(b) < SLOTS_AT or (get(b, SCHED_HEADER, 0, "magic"), get(b, SCHED_HEADER, 0, "version")) != (SCHED_MAGIC, SCHED_VERSION):
+        return f"{time.time():.3f} no region yet"  # being made, or another layout's
     now = time.monotonic_ns()  # the shim's clock (CLOCK_MONOTONIC)
     out = [f"{time.time():.3f} holder {get(b, SCHED_HEADER, 0, 'holder')} switches {get(b, SCHED_HEADER, 0, 'switches')}"]
     for i in range(SCHED_TENANTS):
