@@ -31,7 +31,7 @@
 
 #include "flexgv/cuda_types.h"
 
-#define FGR_PROTO_VERSION 24u /* 24: a host node's copies over shm:// too (its data area), a state's ranges at the program's addresses; 23: a host node's turn brings the buffers its copy nodes wrote; 22: a failover server's replay (fgrStateAlias), the names' table in a state; 21: a connection moved to another server (fgrState*); 20: IPC between a host's connections, a link state's logs, host functions over sockets (a channel); 19: kernel nodes' parameters read and changed; 18: pinned memory promoted (fgrHostMapAt), graph copies through server buffers; 17: the program's device output; 16: managed memory kept on both sides; 15: host functions over shm:// asynchronous; 14: cuMemRetainAllocationHandle; 13: device memory at addresses the client chooses; 12: the pinned heap, downloads in halves, a launch's extra; 11: queued calls' errors per thread; 10: staging areas; 9: waits pending */
+#define FGR_PROTO_VERSION 25u /* 25: a wait-only request makes its call when nothing came between; 24: a host node's copies over shm:// too (its data area), a state's ranges at the program's addresses; 23: a host node's turn brings the buffers its copy nodes wrote; 22: a failover server's replay (fgrStateAlias), the names' table in a state; 21: a connection moved to another server (fgrState*); 20: IPC between a host's connections, a link state's logs, host functions over sockets (a channel); 19: kernel nodes' parameters read and changed; 18: pinned memory promoted (fgrHostMapAt), graph copies through server buffers; 17: the program's device output; 16: managed memory kept on both sides; 15: host functions over shm:// asynchronous; 14: cuMemRetainAllocationHandle; 13: device memory at addresses the client chooses; 12: the pinned heap, downloads in halves, a launch's extra; 11: queued calls' errors per thread; 10: staging areas; 9: waits pending */
 
 /* An object the driver makes for a context through a private table word
  * (21318c60-... word 51, which cuBLAS calls before its first product): a
@@ -116,13 +116,17 @@ enum {
  * ticket ended; 0: the ticket's answer is the call's), and tells when
  * tickets end through fgrWaitTickets (remote/executor/wait.c). */
 #define FGR_FLAG_MAY_PEND 2u
-/* With FGR_FLAG_MAY_PEND: only wait (pending as above when the device is
- * busy) for what the call waits for, never make it; answered
- * CUDA_ERROR_NOT_READY, or a ticket whose answer is the call's. A client
- * that must send the call itself holding the connection (its calls kept
- * in order for a failover) first waits so, letting its other threads on. */
+/* With FGR_FLAG_MAY_PEND: wait first (pending as above when the device is
+ * busy) for what the call waits for, and make the call once waited only if
+ * the executor served no other request meanwhile; otherwise answered
+ * FGR_NOT_MADE, or a ticket whose answer is the wait's. A client that keeps
+ * its calls in the order the server makes them (for a failover) sends its
+ * waiting calls so: made at once, a call is where it was sent among the
+ * others; waited only, it is sent again, holding the connection, and its
+ * other threads went on meanwhile. */
 #define FGR_FLAG_WAIT_ONLY 4u
 #define FGR_PENDING 0x50524746u /* "FGRP": not a CUresult */
+#define FGR_NOT_MADE 0x4e524746u /* "FGRN": a wait-only request waited, its call not made */
 /* A frame ahead of an answer, not an answer: u32 FGR_OUTPUT, u8 stream (1:
  * stdout, 2: stderr), then what the driver printed there for the program
  * (device printf, assertions) since the last answer, which the client

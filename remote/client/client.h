@@ -284,6 +284,15 @@ int fgr_failover_setup(const char *primary);
 int fgr_failover_keeping(void);
 void fgr_failover_keep(int op, const struct fgr_buf *w, int waits);
 void fgr_failover_answered(const uint8_t *a, uint32_t n, const void *direct, uint64_t dn);
+/* A waiting call sent to be made once waited if nothing comes between
+ * (wire.h, FGR_FLAG_WAIT_ONLY): kept where it was sent, passed over by a
+ * replay until it is answered as made; not made, it stays passed over. */
+struct fgr_kept_ref {
+    void *k;
+    uint64_t gen; /* the kept calls' generation it belongs to */
+};
+struct fgr_kept_ref fgr_failover_keep_first(int op, const struct fgr_buf *w);
+void fgr_failover_made(struct fgr_kept_ref ref, const uint8_t *a, uint32_t n, const void *direct, uint64_t dn);
 int fgr_checkpoint_due(void);
 void fgr_checkpoint(void);
 struct fgr_conn_saved;

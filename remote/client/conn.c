@@ -787,6 +787,13 @@ int fgr_log_errors(void) { return log_setting() == LOG_ERRORS || log_setting() =
  * server (round trips) and how many were queued, said at exit; counted
  * under the connection's lock. */
 static uint64_t calls_waited[FGR_NUM_OPS], calls_queued[FGR_NUM_OPS];
+static uint64_t calls_again; /* sent a second time, once waited */
+
+static void count_again(void)
+{
+    if (log_setting() == LOG_CALLS)
+        calls_again++;
+}
 
 static void count_call(int op, int waited)
 {
@@ -805,8 +812,10 @@ static void say_calls(void)
         w += calls_waited[i];
         q += calls_queued[i];
     }
-    fgr_say("pid %d: %llu round trips, %llu calls queued, %llu writes; by call (round trips, queued):", (int)getpid(),
-            (unsigned long long)w, (unsigned long long)q, (unsigned long long)conn_writes);
+    fgr_say("pid %d: %llu round trips, %llu calls queued, %llu writes, %llu calls sent again once waited; by call "
+            "(round trips, queued):",
+            (int)getpid(), (unsigned long long)w, (unsigned long long)q, (unsigned long long)conn_writes,
+            (unsigned long long)calls_again);
     for (;;) { /* most first */
         int top = -1;
         for (int i = 0; i < FGR_NUM_OPS; i++)
@@ -1394,29 +1403,33 @@ static CUresult wait_ticket(uint32_t id)
     return me.done ? me.result : LOST;
 }
 
-/* The round trip of a call that waits for the device (see the top). With
- * wait_only, the executor only waits for what the call waits for, and the
- * call is left to be sent (fgr_roundtrip), its frame back in c->w with
- * conn_lock held: CUDA_SUCCESS, whether it waited or the connection went
- * meanwhile (the call, sent, finds it lost, and a failover server takes
- * over), or CUDA_ERROR_OUT_OF_MEMORY when the frame could not be put
- * back. Otherwise the call's answer, as fgr_roundtrip's. */
-static CUresult roundtrip_waiting(struct fgr_call *c, int wait_only)
+/* The round trip of a call that waits for the device (see the top).
+ * With first (its calls kept for a failover), the request is flagged
+ * wait-only and kept where it is sent: the executor makes it once waited if
+ * no other request came between, and its answer is the call's (MADE, its
+ * answer in c->r and conn_r); else the call is left to be sent holding the
+ * connection (fgr_roundtrip), its frame back in c->w: CUDA_SUCCESS,
+ * whether it waited or the connection went meanwhile (the call, sent,
+ * finds it lost, and a failover server takes over), or
+ * CUDA_ERROR_OUT_OF_MEMORY when the frame could not be put back. Both with
+ * conn_lock held. Otherwise the call's answer, as fgr_roundtrip's. */
+#define MADE ((CUresult)-4)
+static CUresult roundtrip_waiting(struct fgr_call *c, int first)
 {
     size_t flen = c->w.len;
     uint8_t *frame = malloc(flen); /* for a call made again (after=) */
     if (!frame) {
-        if (wait_only)
+        if (first)
             return CUDA_SUCCESS; /* not waited first: the call holds the connection */
         release(c);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     memcpy(frame, c->w.p, flen);
-    frame[6] |= FGR_FLAG_MAY_PEND | (wait_only ? FGR_FLAG_WAIT_ONLY : 0); /* the header's flags */
+    frame[6] |= FGR_FLAG_MAY_PEND | (first ? FGR_FLAG_WAIT_ONLY : 0); /* the header's flags */
+    struct fgr_kept_ref kept = first ? fgr_failover_keep_first(c->op, &c->w) : (struct fgr_kept_ref){0};
     conn_w = c->w; /* given back: other threads write while this one reads */
-    struct fgr_call probe = {.w = c->w, .op = c->op}; /* reads no result in place */
-    struct fgr_call *into = wait_only ? &probe : c;
     CUresult r = CUDA_SUCCESS;
+    int made = 0;
     for (;;) {
         if (write_conn(frame, flen)) {
             r = lost("sending a call", errno);
@@ -1426,7 +1439,7 @@ static CUresult roundtrip_waiting(struct fgr_call *c, int wait_only)
         nudged = 0;
         pthread_mutex_unlock(&conn_lock);
         uint32_t n = 0;
-        const char *why = read_answer(into, &n);
+        const char *why = read_answer(c, &n);
         int err = errno;
         pthread_mutex_lock(&conn_lock);
         reading = 0;
@@ -1442,11 +1455,18 @@ static CUresult roundtrip_waiting(struct fgr_call *c, int wait_only)
         }
         c->r = (struct fgr_rd){conn_r, n, 0};
         c->result = (CUresult)fgr_get_u32(&c->r);
-        if ((uint32_t)c->result != FGR_PENDING)
+        if (first && (uint32_t)c->result == FGR_NOT_MADE)
             break;
+        if ((uint32_t)c->result != FGR_PENDING) {
+            if (first) {
+                made = 1;
+                fgr_failover_made(kept, conn_r, n, c->direct_done ? c->direct : NULL, c->direct_done ? c->direct_n : 0);
+            }
+            break;
+        }
         uint32_t id = fgr_get_u32(&c->r);
         int again = fgr_get_u8(&c->r);
-        if (!fgr_rd_done(&c->r) || (again && wait_only)) {
+        if (!fgr_rd_done(&c->r) || (again && first)) {
             r = lost("a malformed answer", 0);
             break;
         }
@@ -1455,6 +1475,8 @@ static CUresult roundtrip_waiting(struct fgr_call *c, int wait_only)
             r = LOST;
             break;
         }
+        if (first) /* waited: the ticket's answer is the wait's */
+            break;
         if (!again || r != CUDA_SUCCESS) {
             c->result = r; /* the wait's answer is the call's */
             c->r = (struct fgr_rd){conn_r, 0, 0};
@@ -1464,18 +1486,24 @@ static CUresult roundtrip_waiting(struct fgr_call *c, int wait_only)
         /* Waited: now the call itself, as a fresh request. */
         if ((r = wait_for_reader()) != CUDA_SUCCESS)
             break;
+        count_again();
         c->direct_done = 0;
     }
-    if (wait_only) {
+    if (made) {
+        free(frame);
+        return MADE;
+    }
+    if (first) {
         /* The call, as it was, back in the connection's buffer. */
-        frame[6] &= (uint8_t) ~(FGR_FLAG_MAY_PEND | FGR_FLAG_WAIT_ONLY);
         c->w.len = 0;
         c->w.oom = 0;
         c->w.tail = NULL;
         c->w.tail_len = 0;
+        c->direct_done = 0;
         int ok = fgr_reserve(&c->w, flen) == 0;
         if (ok) {
             memcpy(c->w.p, frame, flen);
+            c->w.p[6] &= (uint8_t) ~(FGR_FLAG_MAY_PEND | FGR_FLAG_WAIT_ONLY);
             c->w.len = flen;
         }
         free(frame);
@@ -1503,9 +1531,15 @@ CUresult fgr_roundtrip(struct fgr_call *c)
          * wait for another's later call through the device. */
         if (!fgr_failover_keeping() || c->op == FGR_OP_fgrWaitTickets)
             return roundtrip_waiting(c, 0);
-        if (!moving && roundtrip_waiting(c, 1) != CUDA_SUCCESS) {
-            release(c);
-            return CUDA_ERROR_OUT_OF_MEMORY;
+        if (!moving) {
+            r = roundtrip_waiting(c, 1);
+            if (r == MADE)
+                return CUDA_SUCCESS;
+            if (r != CUDA_SUCCESS) {
+                release(c);
+                return CUDA_ERROR_OUT_OF_MEMORY;
+            }
+            count_again();
         }
     }
     if (!moving)

@@ -15,11 +15,13 @@
  * sooner once the kept calls reach LOG_MAX bytes. A checkpoint that
  * fails (the failover server down, a state that cannot move) keeps the
  * one before, and the calls since it. With a failover server, a call that
- * waits for the device holds the connection while the server makes it (not
- * pending as in conn.c), so that the calls kept are in the order the server
- * made them; it first waits without holding it (conn.c, wait-only), so
- * that a thread it waits for through the device is not kept out. All but
- * fgr_checkpoint under conn.c's lock.
+ * waits for the device is made where it was sent among the calls kept, or
+ * holds the connection while the server makes it (not pending as in
+ * conn.c), so that the calls kept are in the order the server made them:
+ * it is sent wait-only (conn.c), made once waited if nothing came between,
+ * else sent again; its other threads go on meanwhile, so that one it waits
+ * for through the device is not kept out. All but fgr_checkpoint under
+ * conn.c's lock.
  *
  * FLEXGV_REMOTE_FAILOVER may name several servers, in order: once the
  * program goes on at one, checkpoints are kept on the next (the first at
@@ -39,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -71,6 +74,7 @@ struct kept {
     uint16_t op;
     uint8_t waits;    /* a round trip: it has an answer */
     uint8_t answered; /* ... which the program had */
+    uint8_t passed;   /* not made again: sent to be made if nothing came between, not (yet) answered so */
     uint32_t alen, split; /* its length; the head's, when read in two */
     CUresult result;      /* its first word */
     uint64_t hash;
@@ -78,10 +82,13 @@ struct kept {
 };
 static struct kept *kept, **kept_end = &kept, *last;
 static uint64_t kept_bytes, nkept;
+static uint64_t kept_gen; /* one more each time the kept calls are dropped */
 
 /* The calls are kept one after the other in chunks of memory (a call kept
  * costs a copy, not an allocation); after a checkpoint the first chunk is
- * used again, the others go. */
+ * used again, the others go. A chunk's pages are made at once, in one
+ * call to the kernel: faulted in one by one as calls fill it, they cost
+ * the calling thread more than the copies, holding the connection's lock. */
 #define CHUNK (4u << 20)
 static struct chunk {
     struct chunk *next;
@@ -94,8 +101,8 @@ static void *chunk_take(size_t n)
     n = (n + 15) & ~(size_t)15;
     if (!chunk_at || chunk_at->cap - chunk_at->used < n) {
         size_t cap = n > CHUNK ? n : CHUNK;
-        struct chunk *c = malloc(sizeof *c + cap);
-        if (!c)
+        struct chunk *c = mmap(NULL, sizeof *c + cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+        if (c == MAP_FAILED)
             return NULL;
         *c = (struct chunk){NULL, 0, cap};
         if (chunk_at)
@@ -191,7 +198,7 @@ static void drop_kept(void)
     if (chunks) {
         for (struct chunk *c = chunks->next, *next; c; c = next) {
             next = c->next;
-            free(c);
+            munmap(c, sizeof *c + c->cap);
         }
         chunks->next = NULL;
         chunks->used = 0;
@@ -201,6 +208,7 @@ static void drop_kept(void)
     kept_end = &kept;
     last = NULL;
     kept_bytes = nkept = 0;
+    kept_gen++;
 }
 
 /* Stops keeping calls, said once: the program then runs without a
@@ -212,33 +220,48 @@ static void give_up(const char *why)
     drop_kept();
 }
 
-void fgr_failover_keep(int op, const struct fgr_buf *w, int waits)
+static struct kept *keep(int op, const struct fgr_buf *w, int waits)
 {
-    last = NULL;
     if (!on || internal_op(op))
-        return;
+        return NULL;
     size_t n = w->len + w->tail_len;
     /* room for the address fgrHostMapAt adds (fgr_failover_answered) */
     size_t room = op == FGR_OP_fgrHostMapped ? 8 : 0;
     struct kept *k = n <= UINT32_MAX - room ? chunk_take(sizeof *k + n + room) : NULL;
     if (!k) {
         give_up("no memory to keep the program's calls");
-        return;
+        return NULL;
     }
     *k = (struct kept){.frame = (uint8_t *)(k + 1)};
     memcpy(k->frame, w->p, w->len);
     if (w->tail_len)
         memcpy(k->frame + w->len, w->tail, w->tail_len);
-    k->frame[6] &= (uint8_t)~FGR_FLAG_MAY_PEND; /* made again, it is answered when done */
+    k->frame[6] &= (uint8_t) ~(FGR_FLAG_MAY_PEND | FGR_FLAG_WAIT_ONLY); /* made again, it is answered when done */
     k->n = (uint32_t)n;
     k->op = (uint16_t)op;
     k->waits = (uint8_t)waits;
     *kept_end = k;
     kept_end = &k->next;
-    last = waits ? k : NULL;
     kept_bytes += n;
     nkept++;
+    return k;
 }
+
+void fgr_failover_keep(int op, const struct fgr_buf *w, int waits)
+{
+    struct kept *k = keep(op, w, waits);
+    last = waits ? k : NULL;
+}
+
+struct fgr_kept_ref fgr_failover_keep_first(int op, const struct fgr_buf *w)
+{
+    last = NULL;
+    struct kept *k = keep(op, w, 1);
+    if (k)
+        k->passed = 1;
+    return (struct fgr_kept_ref){k, kept_gen};
+}
+
 
 /* One word into a lane of the hash: multiplied, its high bits folded down. */
 static inline uint64_t step(uint64_t h, uint64_t w)
@@ -281,12 +304,8 @@ static uint64_t hash_more(uint64_t h, const uint8_t *p, size_t n)
 }
 #define HASH0 0xcbf29ce484222325ull
 
-void fgr_failover_answered(const uint8_t *a, uint32_t n, const void *direct, uint64_t dn)
+static void answered(struct kept *k, const uint8_t *a, uint32_t n, const void *direct, uint64_t dn)
 {
-    struct kept *k = last;
-    last = NULL;
-    if (!k)
-        return;
     k->answered = 1;
     k->alen = (uint32_t)(n + dn);
     k->split = dn ? n : 0;
@@ -309,6 +328,23 @@ void fgr_failover_answered(const uint8_t *a, uint32_t n, const void *direct, uin
         k->n += 8;
         k->op = FGR_OP_fgrHostMapAt;
     }
+}
+
+void fgr_failover_answered(const uint8_t *a, uint32_t n, const void *direct, uint64_t dn)
+{
+    struct kept *k = last;
+    last = NULL;
+    if (k)
+        answered(k, a, n, direct, dn);
+}
+
+void fgr_failover_made(struct fgr_kept_ref ref, const uint8_t *a, uint32_t n, const void *direct, uint64_t dn)
+{
+    struct kept *k = ref.k;
+    if (!k || ref.gen != kept_gen)
+        return; /* a checkpoint or a replay since: dropped */
+    k->passed = 0;
+    answered(k, a, n, direct, dn);
 }
 
 /* Answers the program used that a replay need not reproduce: timing,
@@ -610,6 +646,8 @@ CUresult fgr_failover_replay(int (*write)(const void *, size_t), const uint8_t *
     CUresult r = CUDA_SUCCESS;
     uint64_t i = 0;
     for (struct kept *k = kept; k && r == CUDA_SUCCESS; k = k->next, i++) {
+        if (k->passed)
+            continue; /* sent again, if at all, by its thread */
         if (write(k->frame, k->n)) {
             fgr_say("the failover server %s is gone too: %s", to, strerror(errno));
             r = CUDA_ERROR_DEVICE_UNAVAILABLE;
@@ -707,6 +745,7 @@ void fgr_failover_forked(void)
     chunks = chunk_at = NULL;
     last = NULL;
     kept_bytes = nkept = 0;
+    kept_gen++;
     backoff = 0;
     fgr_ahead_forked(&ahead);
     pthread_mutex_init(&reach_mu, NULL);

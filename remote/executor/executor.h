@@ -176,7 +176,9 @@ void fgr_unrelax(CUstreamCaptureMode m);
 #define FGR_PARKED_ANY (-2) /* fgr_parked of an fgrWaitTickets with none ended yet */
 enum { FGR_WAIT_STREAM, FGR_WAIT_EVENT, FGR_WAIT_CONTEXT, FGR_AFTER_STREAM };
 CUresult fgr_wait(int kind, uint64_t v, int per_thread);
-extern int fgr_may_pend, fgr_wait_only, fgr_resume, fgr_parked;
+/* fgr_wait_only: the request's FGR_FLAG_WAIT_ONLY; fgr_wait_then_make:
+ * its call is made once waited (no other request served meanwhile). */
+extern int fgr_may_pend, fgr_wait_only, fgr_wait_then_make, fgr_resume, fgr_parked;
 extern unsigned fgr_current_op;
 extern uint32_t fgr_thread; /* the client's thread the request comes from */
 /* The first error of a thread's queued calls, kept for its next syncpoint,

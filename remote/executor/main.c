@@ -511,7 +511,8 @@ static void send_reply(struct fgr_buf *w)
 static struct {
     uint8_t *body;
     uint32_t n;
-    int slot; /* its ticket, or FGR_PARKED_ANY for fgrWaitTickets */
+    int slot;   /* its ticket, or FGR_PARKED_ANY for fgrWaitTickets */
+    int beside; /* another request was served while it was parked */
 } parked;
 static int answer_now; /* serve the next frame without parking it */
 
@@ -623,6 +624,8 @@ static void serve_frame(uint8_t *body, uint32_t n, int resume)
         reject("fgrNudge is not queued");
     if (parked.body && (op == FGR_OP_fgrNudge || !(flags & FGR_FLAG_QUEUED)))
         answer_parked(); /* another thread needs an answer */
+    if (parked.body)
+        parked.beside = 1;
     if (op == FGR_OP_fgrNudge)
         return;
     /* The context named must be one this connection was given. */
@@ -636,12 +639,14 @@ static void serve_frame(uint8_t *body, uint32_t n, int resume)
     fgr_thread = thread;
     fgr_may_pend = (flags & FGR_FLAG_MAY_PEND) && !(flags & FGR_FLAG_QUEUED) && !answer_now;
     fgr_wait_only = (flags & FGR_FLAG_WAIT_ONLY) != 0;
+    /* Made where it came among the requests, or not at all. */
+    fgr_wait_then_make = fgr_wait_only && !(resume >= 0 && parked.beside);
     fgr_resume = resume;
     fgr_parked = -1;
     fgr_journal_begin(body, n, op);
     const char *bad = fgr_serve(op, &rd, &reply, r);
     fgr_journal_end(bad ? CUDA_ERROR_INVALID_VALUE : fgr_reply_result(&reply));
-    fgr_may_pend = fgr_wait_only = answer_now = 0;
+    fgr_may_pend = fgr_wait_only = fgr_wait_then_make = answer_now = 0;
     if (fgr_resume >= 0) /* refused before its wait: the ticket is spent */
         fgr_ticket_release(fgr_resume);
     fgr_resume = -1;
@@ -656,6 +661,7 @@ static void serve_frame(uint8_t *body, uint32_t n, int resume)
         memcpy(parked.body, body, n);
         parked.n = n;
         parked.slot = fgr_parked;
+        parked.beside = 0;
         return;
     }
     if (flags & FGR_FLAG_QUEUED) {
@@ -663,7 +669,8 @@ static void serve_frame(uint8_t *body, uint32_t n, int resume)
         fgr_defer(thread, r);
         return;
     }
-    CUresult d = fgr_ops[op].syncpoint ? fgr_deferred_take(thread) : CUDA_SUCCESS;
+    /* (a call not made takes no error: the call itself will) */
+    CUresult d = fgr_ops[op].syncpoint && r != (CUresult)FGR_NOT_MADE ? fgr_deferred_take(thread) : CUDA_SUCCESS;
     if (d != CUDA_SUCCESS)
         for (int i = 0; i < 4; i++)
             reply.p[4 + i] = (uint8_t)((uint32_t)d >> (8 * i));

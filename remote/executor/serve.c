@@ -478,7 +478,7 @@ CUresult fgr_replay(const uint8_t *frame, uint32_t n, CUresult (*make_current)(C
     fgr_ctx = (uint64_t)(uintptr_t)ctx;
     fgr_current_op = op;
     fgr_thread = 0;
-    fgr_may_pend = fgr_wait_only = 0;
+    fgr_may_pend = fgr_wait_only = fgr_wait_then_make = 0;
     fgr_resume = fgr_parked = -1;
     fgr_journal_begin(frame, n, op);
     const char *bad = fgr_serve(op, &rd, &w, r);

@@ -51,6 +51,7 @@ static struct {
 
 int fgr_may_pend;
 int fgr_wait_only;
+int fgr_wait_then_make;
 unsigned fgr_current_op;
 int fgr_resume = -1;
 int fgr_parked = -1;
@@ -152,11 +153,12 @@ static void *helper(void *arg)
 static CUresult wait_for(int kind, uint64_t v, int per_thread);
 
 /* A wait-only request is answered when its wait is (parked meanwhile, as
- * any), and its call never made. */
+ * any): its call made then if nothing else was served meanwhile, else not
+ * (wire.h). */
 CUresult fgr_wait(int kind, uint64_t v, int per_thread)
 {
     CUresult r = wait_for(kind, v, per_thread);
-    return fgr_wait_only && r != FGR_WAITING ? CUDA_ERROR_NOT_READY : r;
+    return fgr_wait_only && r != FGR_WAITING && !fgr_wait_then_make ? (CUresult)FGR_NOT_MADE : r;
 }
 
 static CUresult wait_for(int kind, uint64_t v, int per_thread)
@@ -305,7 +307,8 @@ static CUresult wait_tickets(unsigned *ids, CUresult *results, unsigned cap, uns
             continue;
         ids[n] = t->id;
         results[n] = t->result;
-        if (results[n] == CUDA_SUCCESS && t->kind != FGR_AFTER_STREAM)
+        /* (a wait-only request's call, sent again, takes it) */
+        if (results[n] == CUDA_SUCCESS && t->kind != FGR_AFTER_STREAM && !t->wait_only)
             results[n] = fgr_deferred_take(t->thread);
         n++;
         release(t);

@@ -14,7 +14,8 @@ unsigned long fake_calls(void);
 // serve_one: 1 when the request is malformed, else 0 with the whole reply
 // frame in *out.
 int serve_one(unsigned op, const void *p, size_t n, struct fgr_buf *out);
-// serve_wait_only: serve_one for a request flagged wait-only (remote/wire.h).
+// serve_wait_only: serve_one for a request flagged wait-only (remote/wire.h)
+// that another request came beside: its call is not made.
 int serve_wait_only(unsigned op, const void *p, size_t n, struct fgr_buf *out);
 // name_of: the name the client is given for the driver's handle v.
 uint64_t name_of(int kind, uint64_t v);

@@ -29,7 +29,8 @@ var (
 // reports whether they were malformed and, when not, the reply frame.
 func Serve(op uint16, args []byte) (malformed bool, out []byte) { return serve(op, args, false) }
 
-// ServeWaitOnly is Serve for a request flagged wait-only.
+// ServeWaitOnly is Serve for a request flagged wait-only that another
+// request came beside (its call is not made).
 func ServeWaitOnly(op uint16, args []byte) (malformed bool, out []byte) { return serve(op, args, true) }
 
 func serve(op uint16, args []byte, waitOnly bool) (malformed bool, out []byte) {

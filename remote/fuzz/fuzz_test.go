@@ -365,10 +365,10 @@ func TestNativeInputs(t *testing.T) {
 	}
 }
 
-// A request flagged wait-only (remote/wire.h) only waits: of a call that
-// waits for the device (api/remote.api: wait=, after=) the driver is not
-// asked to make it, and the answer is CUDA_ERROR_NOT_READY without
-// results; any other call is served as it would be.
+// A request flagged wait-only (remote/wire.h) that another request came
+// beside only waits: of a call that waits for the device (api/remote.api:
+// wait=, after=) the driver is not asked to make it, and the answer is
+// FGR_NOT_MADE without results; any other call is served as it would be.
 func TestWaitOnlyNeverMakesTheCall(t *testing.T) {
 	spec, err := os.ReadFile(filepath.Join("..", "..", "api", "remote.api"))
 	if err != nil {
@@ -386,7 +386,7 @@ func TestWaitOnlyNeverMakesTheCall(t *testing.T) {
 		}
 		waits[strings.SplitN(name, "(", 2)[0]] = true
 	}
-	const notReady = 600
+	const notMade = 0x4e524746
 	seen := 0
 	extra := []Request{{"cuCtxSynchronize", w{}, 0}, {"cuStreamSynchronize", w{}.u64(0), 0}}
 	for _, r := range append(Valid(), extra...) {
@@ -402,9 +402,9 @@ func TestWaitOnlyNeverMakesTheCall(t *testing.T) {
 		seen++
 		// An out buffer's place says "none" (one byte 0).
 		noResults := len(out) == 8 || (len(out) == 9 && out[8] == 0)
-		if res := binary.LittleEndian.Uint32(out[4:]); res != notReady || !noResults || Calls() != before {
-			t.Errorf("%s wait-only: result %d, %d bytes, %d driver calls; want %d, no results, none", r.Op, res, len(out),
-				Calls()-before, notReady)
+		if res := binary.LittleEndian.Uint32(out[4:]); res != notMade || !noResults || Calls() != before {
+			t.Errorf("%s wait-only: result %#x, %d bytes, %d driver calls; want %#x, no results, none", r.Op, res, len(out),
+				Calls()-before, notMade)
 		}
 	}
 	if seen < 3 {

@@ -520,3 +520,96 @@ func TestRemoteFailoverWaitsLetOtherThreadsGoOn(t *testing.T) {
 		t.Errorf("waiters, its server killed: exit %d, printed\n%s\nlocally\n%s\n%s", code, out.String(), waiters.stdout, errb.String())
 	}
 }
+
+// With a failover server a call that waits for the device costs one round
+// trip, as without one: sent to be made once waited, the executor makes it
+// then when no other request came between (a program of one thread, whose
+// steps of kernels end in a copy back). The values copied back are the
+// kernels', and the run killed mid-way goes on at the failover server with
+// the same output.
+func TestRemoteFailoverWaitsInOneRoundTrip(t *testing.T) {
+	prog := pyContext + `
+import sys
+mod, fn, p = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_uint64()
+assert cu.cuModuleLoadData(ctypes.byref(mod), b"FLEXGV-SIM-MODULE\nkernel fill 200 builtin=fill\n") == 0
+assert cu.cuModuleGetFunction(ctypes.byref(fn), mod, b"fill") == 0
+assert cu.cuMemAlloc_v2(ctypes.byref(p), 4) == 0
+steps, total = int(sys.argv[1]), 0
+for s in range(steps):
+    if s == steps // 2:
+        open(os.environ["HALF"], "w").close()
+    for k in range(5):
+        v, n = ctypes.c_uint(s * 5 + k), ctypes.c_int(1)
+        args = (ctypes.c_void_p * 3)(ctypes.addressof(p), ctypes.addressof(v), ctypes.addressof(n))
+        assert cu.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, None, args, None) == 0
+    got = ctypes.c_uint()
+    assert cu.cuMemcpyDtoH_v2(ctypes.byref(got), p, 4) == 0
+    total += got.value
+print("steps", steps, "sum", total)
+`
+	e := newEnv(t, "FLEXGV_REMOTE_LOG=calls")
+	half := filepath.Join(e.dir, "half")
+	e.extra = append(e.extra, "HALF="+half)
+	const steps = 400
+	want := fmt.Sprintf("steps %d sum %d\n", steps, 5*steps*(steps-1)/2+4*steps)
+	if r := e.run("python3", "-c", prog, strconv.Itoa(steps)); r.code != 0 || r.stdout != want {
+		t.Fatalf("locally: exit %d\n%s\nwant %s%s", r.code, r.stdout, want, r.stderr)
+	}
+	again := regexp.MustCompile(`(\d+) round trips, \d+ calls queued, \d+ writes, (\d+) calls sent again once waited`)
+	a, b := e.serveNamed("a", "unix"), e.serveNamed("b", "unix")
+	for _, flags := range [][]string{nil, {"--failover", b.addr, "--checkpoint-every", "1h"}} {
+		r := e.runIn("", "flexgv", append(append(append([]string{"run", "--remote", a.addr}, flags...), "--", "python3", "-c", prog), strconv.Itoa(steps))...)
+		m := again.FindStringSubmatch(r.stderr)
+		if r.code != 0 || r.stdout != want || m == nil {
+			t.Fatalf("%v: exit %d\n%s\nwant %s%s", flags, r.code, r.stdout, want, r.stderr)
+		}
+		if trips, _ := strconv.Atoi(m[1]); m[2] != "0" || trips > steps+20 {
+			t.Errorf("%v: %s round trips, %s calls sent again once waited, for %d steps that each wait once; want one round trip a step", flags, m[1], m[2], steps)
+		}
+	}
+	// Killed half-way: the calls made at once are made again in their place.
+	os.Remove(half)
+	cmd := exec.Command(bin("flexgv"), "run", "--remote", a.addr, "--failover", b.addr, "--checkpoint-every", "1h", "--", "python3", "-c", prog, strconv.Itoa(steps))
+	cmd.Env = e.environ("")
+	var out, errb lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(60 * time.Second); !fileExists(half); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("not half-way in 60 s:\n%s", errb.String())
+		}
+	}
+	a.cmd.Process.Signal(syscall.SIGKILL)
+	a.cmd.Wait()
+	endsWithin(t, cmd, 60*time.Second, "its server was killed", errb.String)
+	if code := cmd.ProcessState.ExitCode(); code != 0 || out.String() != want || !strings.Contains(errb.String(), "going on at "+b.addr) {
+		t.Errorf("killed half-way: exit %d\n%s\nwant %s%s", code, out.String(), want, errb.String())
+	}
+}
+
+// A queued call's error reaches the thread's next call that waits, with a
+// failover server as without one (a launch of more threads than a block
+// has: the client answers it queued). The wait-only request sent first
+// took the error, and the call after it found none.
+func TestRemoteFailoverKeepsQueuedErrors(t *testing.T) {
+	prog := pyContext + `
+mod, fn, p, got = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_uint64(), ctypes.c_uint()
+assert cu.cuModuleLoadData(ctypes.byref(mod), b"FLEXGV-SIM-MODULE\nkernel k 300\n") == 0
+assert cu.cuModuleGetFunction(ctypes.byref(fn), mod, b"k") == 0
+assert cu.cuMemAlloc_v2(ctypes.byref(p), 4) == 0
+assert cu.cuLaunchKernel(fn, 1, 1, 1, 1, 1, 1, 0, None, None, None) == 0
+print("queued", cu.cuLaunchKernel(fn, 1, 1, 1, 4096, 1, 1, 0, None, None, None),
+      "copy back", cu.cuMemcpyDtoH_v2(ctypes.byref(got), p, 4), "then", cu.cuCtxSynchronize())
+`
+	e := newEnv(t)
+	a, b := e.serveNamed("a", "unix"), e.serveNamed("b", "unix")
+	for _, flags := range [][]string{nil, {"--failover", b.addr, "--checkpoint-every", "1h"}} {
+		r := e.runIn("", "flexgv", append(append([]string{"run", "--remote", a.addr}, flags...), "--", "python3", "-c", prog)...)
+		if r.code != 0 || r.stdout != "queued 0 copy back 1 then 0\n" {
+			t.Errorf("%v: exit %d\n%s\nwant queued 0 copy back 1 then 0 (CUDA_ERROR_INVALID_VALUE at the copy)\n%s", flags, r.code, r.stdout, r.stderr)
+		}
+	}
+}
