@@ -1,10 +1,16 @@
 /* What a program gets from an anonymous private mapping asked populated
  * (MAP_POPULATE), as the driver's checkpoint makes its host copy: whether
- * it is resident, zeroed and writable, and how much of it lies on huge
- * pages (from /proc/self/smaps), and how many threads were started while it
- * was made (this program's pthread_create, exported, is the one a library
+ * it is resident (within 10 s, untouched: the shim populates it behind
+ * the caller), zeroed and writable, and how much of it lies on huge pages
+ * (from /proc/self/smaps), and how many threads were started while it was
+ * made (this program's pthread_create, exported, is the one a library
  * looking it up finds); and from one not asked populated.
- *   hostcopy MIB */
+ *   hostcopy MIB
+ *   hostcopy unmapped MIB  one asked populated, unmapped at once and
+ *                          another mapped where it was, not asked: how
+ *                          much of that one is resident a second later
+ *   hostcopy forked MIB    one asked populated, then a child that unmaps
+ *                          it: whether the child's munmap returned */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -12,6 +18,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
 
 static int started;
 
@@ -57,6 +66,11 @@ static void show(const char *what, size_t n, int flags)
     }
     long rss, huge;
     sizes(p, &rss, &huge);
+    for (int i = 0; i < 1000 && (flags & MAP_POPULATE) && rss * 1024 < (long)n; i++) {
+        struct timespec pause = {0, 10000000};
+        nanosleep(&pause, NULL);
+        sizes(p, &rss, &huge);
+    }
     int zero = 1;
     for (size_t i = 0; i < n; i += 4096)
         zero &= p[i] == 0 && p[i + 4095] == 0;
@@ -69,7 +83,33 @@ static void show(const char *what, size_t n, int flags)
 
 int main(int argc, char **argv)
 {
-    size_t n = (size_t)(argc > 1 ? atol(argv[1]) : 256) << 20;
+    size_t n = (size_t)(argc > 1 ? atol(argv[argc - 1]) : 256) << 20;
+    int populated = MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE;
+    if (argc > 2 && !strcmp(argv[1], "unmapped")) {
+        void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, populated, -1, 0);
+        if (p == MAP_FAILED || munmap(p, n) != 0 ||
+            mmap(p, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED_NOREPLACE, -1, 0) != p) {
+            printf("mmap or munmap failed\n");
+            return 1;
+        }
+        sleep(1);
+        long rss, huge;
+        sizes(p, &rss, &huge);
+        printf("the mapping made where it was: resident %s\n", rss > 0 ? "part" : rss == 0 ? "none" : "unknown");
+        return 0;
+    }
+    if (argc > 2 && !strcmp(argv[1], "forked")) {
+        void *p = mmap(NULL, n, PROT_READ | PROT_WRITE, populated, -1, 0);
+        pid_t child = fork();
+        if (child == 0) {
+            alarm(20);
+            _exit(munmap(p, n) == 0 ? 0 : 1);
+        }
+        int st = 0;
+        waitpid(child, &st, 0);
+        printf("the child's munmap returned: %s\n", WIFEXITED(st) && WEXITSTATUS(st) == 0 ? "yes" : "no");
+        return 0;
+    }
     show("asked populated", n, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE);
     show("not asked", n, MAP_PRIVATE | MAP_ANONYMOUS);
     return 0;
