@@ -980,10 +980,12 @@ if gcc -std=gnu11 -O2 -Wall -Iinclude -Iinclude/flexgv -o "$WORK/ckptctl" tests/
         fail "the driver answers a restore with GPU pairs otherwise than the simulated GPU (above: < simulated, > real)"
     fi
     cp "$WORK/ckpt_remap_real.txt" "$OUT/ckpt_remap_answers.txt"
-    echo "== the driver's own pace: a process holding 1 and $SUSPEND_GIB GiB checkpointed twice and restored (ms per operation)"
-    for gib in 1 "$SUSPEND_GIB"; do
-        CUDA_VISIBLE_DEVICES=0 python3 -c 'import sys, torch; x = torch.ones(int(sys.argv[1]) << 28, device="cuda"); torch.cuda.synchronize(); print("ready", flush=True); input()' \
-            "$gib" <"$WORK/ckpt_in" >"$WORK/ckpt_target.txt" &
+    echo "== the driver's own pace: a process holding 1 and $SUSPEND_GIB GiB checkpointed twice and restored (ms per operation),"
+    echo "   then $SUSPEND_GIB GiB with the shim preloaded (its host copy on huge pages, populated behind the driver's copy)"
+    for gib in 1 "$SUSPEND_GIB" "shim$SUSPEND_GIB"; do
+        pre=; [ "${gib#shim}" != "$gib" ] && pre=$PWD/build/lib/libflexgv.so
+        LD_PRELOAD=$pre CUDA_VISIBLE_DEVICES=0 python3 -c 'import sys, torch; x = torch.ones(int(sys.argv[1]) << 28, device="cuda"); torch.cuda.synchronize(); print("ready", flush=True); input()' \
+            "${gib#shim}" <"$WORK/ckpt_in" >"$WORK/ckpt_target.txt" &
         tgt=$!
         exec 7>"$WORK/ckpt_in"
         for i in $(seq 600); do grep -q ready "$WORK/ckpt_target.txt" 2>/dev/null && break; sleep 0.1; done
