@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/flexgv/flexgv/internal/liveness"
+	"github.com/flexgv/flexgv/internal/tenant"
 )
 
 // TenantStat is what a GPU's scheduler holds of one live tenant.
@@ -58,7 +59,10 @@ func Read(dir, uuid string) (*GPU, error) {
 	if h.Magic != SchedMagic || h.Version != SchedVersion {
 		return nil, fmt.Errorf("%s: not a scheduler region of this flexgv", f.Name())
 	}
-	g := &GPU{UUID: cstr(h.UUID[:]), Switches: h.Switches}
+	if cstr(h.UUID[:]) != uuid || tenant.Shown(uuid) != uuid {
+		return nil, fmt.Errorf("%s: not the scheduler region of GPU %q", f.Name(), tenant.Shown(uuid))
+	}
+	g := &GPU{UUID: uuid, Switches: h.Switches}
 	var now unix.Timespec // the shims' clock
 	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &now); err != nil {
 		return nil, err
@@ -74,7 +78,8 @@ func Read(dir, uuid string) (*GPU, error) {
 		}
 		t := &h.Tenants[i]
 		byIndex[i] = len(g.Tenants)
-		g.Tenants = append(g.Tenants, TenantStat{Name: cstr(t.Name[:]),
+		// (names are written by the shims of any user's tenants)
+		g.Tenants = append(g.Tenants, TenantStat{Name: tenant.Shown(cstr(t.Name[:])),
 			Policy: Policy{Share: t.Share, Cap: t.Cap, Priority: t.Priority},
 			HeldNs: t.HeldNs, WaitedNs: t.WaitedNs, Preemptions: t.Preemptions,
 			HostBound: float64(min(t.HostBound, fullShare)) / fullShare, BesideOffNs: ahead(t.BesideOffNs, uint64(now.Nano()))})

@@ -262,3 +262,25 @@ func TestRegionDumpScriptAgrees(t *testing.T) {
 		t.Errorf("region_dump.py over a short region and one of another version: %v\n%s", err, out)
 	}
 }
+
+// A name or GPU UUID in a region is written by the shims of any user's
+// tenants: one a tenant cannot have is shown with '?' for each byte it
+// cannot carry (not bytes that break a metric's label or a terminal), and
+// a region naming another GPU than its file is refused.
+func TestReadShowsGarbageNamesSafely(t *testing.T) {
+	dir := t.TempDir()
+	a, err := Join(dir, gpu, "a", Policy{Share: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	copy(heldNs(t, dir, a.Index).Name[:], "a\xff\x1b[2J\n\x00")
+	if n := names(t, dir); len(n) != 1 || !strings.HasPrefix(n[0], "a???2J?=") {
+		t.Errorf("a name with garbage in it read as %q", n)
+	}
+	h := (*Header)(unsafe.Pointer(&mapped(t, dir)[0]))
+	copy(h.UUID[:], "GPU-other\x00")
+	if g, err := Read(dir, gpu); err == nil || !strings.Contains(err.Error(), "not the scheduler region of GPU") {
+		t.Errorf("a region naming another GPU: %+v, %v", g, err)
+	}
+}

@@ -165,6 +165,22 @@ func CheckName(name string) error {
 	return nil
 }
 
+// Shown is a name read from memory other users can write, for output (a
+// metric's label, a terminal, JSON): the name where a tenant can have it,
+// else with every byte a tenant's name cannot carry shown as '?'.
+func Shown(name string) string {
+	if nameRE.MatchString(name) {
+		return name
+	}
+	b := []byte(name)
+	for i, c := range b {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '.' || c == '_' || c == '-') {
+			b[i] = '?'
+		}
+	}
+	return string(b)
+}
+
 // join opens the tenant at p and takes the member lock, before the folder
 // lock is let go: a last member leaving cannot remove it in between.
 func join(p string, spec Spec) (*os.File, header, error) {
