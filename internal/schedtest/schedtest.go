@@ -134,6 +134,12 @@ func (r *Region) Scribble(rng *rand.Rand) {
 		atomic.StoreUint64(&t.VTime, rng.Uint64())
 		atomic.StoreInt64(&t.CapCredit, int64(rng.Uint64()))
 		atomic.StoreUint64(&t.CapRefilled, rng.Uint64())
+		if rng.IntN(4) == 0 { // a name's bytes, kept non-empty: an empty one is a free entry
+			for b := range t.Name[:8] {
+				t.Name[b] = byte(rng.Uint32())
+			}
+			t.Name[0] |= 0x80
+		}
 	}
 	for s := 0; s < sched.MaxSlots; s++ {
 		slot := (*sched.Slot)(unsafe.Pointer(&r.mem[sched.SlotLock(s)]))

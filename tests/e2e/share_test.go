@@ -12,6 +12,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 
@@ -945,7 +946,9 @@ func scribbledScheduler(t *testing.T, mps bool) {
 		r.Scribble(rng)
 	}
 	// Its readers show what garbage there is, without failing.
-	if top := e.run("flexgv", "top", "--once", "--interval", "200ms"); top.code != 0 || strings.Contains(top.stderr, "panic") {
+	// (names too: bytes that are not UTF-8 or move a terminal's cursor)
+	if top := e.run("flexgv", "top", "--once", "--interval", "200ms"); top.code != 0 || strings.Contains(top.stderr, "panic") ||
+		!utf8.ValidString(top.stdout) || strings.ContainsAny(top.stdout, "\x1b\x00") {
 		t.Errorf("flexgv top over a scribbled scheduler: %+v", top)
 	}
 	if ps := e.run("flexgv", "ps"); ps.code != 0 {
