@@ -262,7 +262,6 @@ struct fgr_kept_ref fgr_failover_keep_first(int op, const struct fgr_buf *w)
     return (struct fgr_kept_ref){k, kept_gen};
 }
 
-
 /* One word into a lane of the hash: multiplied, its high bits folded down. */
 static inline uint64_t step(uint64_t h, uint64_t w)
 {
