@@ -442,8 +442,8 @@ static void taken(struct fgr_conn_saved made, const struct fgr_remade *m, int st
         if (undone)
             snprintf(after, sizeof after, ", after %u in two steps the program's changes undid", undone);
         fgr_say("checkpoint %u on the failover server %s (in %s%s; the program paused %u ms; %.1f MiB of device memory, "
-                "%.1f MiB of state)", checkpoints, to, steps == 2 ? "two steps" : "one step", after, m->ms,
-                m->bytes / 1048576.0, m->state / 1048576.0);
+                "%.1f MiB of it device to device, %.1f MiB of state)", checkpoints, to, steps == 2 ? "two steps" : "one step",
+                after, m->ms, m->bytes / 1048576.0, m->pulled / 1048576.0, m->state / 1048576.0);
     }
 }
 

@@ -52,7 +52,7 @@ _Static_assert(sizeof(struct token) <= sizeof(CUipcMemHandle), "a token fits a h
 static struct export {
     uint8_t secret[16];
     int kind;
-    uint64_t block, size, ptr; /* a handle's: 0, 0, the driver's handle */
+    uint64_t block, size, ptr, len; /* a handle's: 0, 0, the driver's handle, 0 */
     int fd;
 } exports[EXPORTS_MAX];
 static size_t nexports;
@@ -181,7 +181,7 @@ static CUresult keep(int kind, uint64_t block, uint64_t size, uint64_t ptr, uint
         return CUDA_ERROR_OPERATING_SYSTEM;
     }
     pthread_mutex_lock(&lock);
-    exports[nexports] = (struct export){{0}, kind, block, size, ptr, fd};
+    exports[nexports] = (struct export){{0}, kind, block, size, ptr, len, fd};
     memcpy(exports[nexports].secret, t.secret, sizeof t.secret);
     nexports++;
     pthread_mutex_unlock(&lock);
@@ -209,6 +209,28 @@ static CUresult exported(int kind, uint64_t block, uint64_t size, uint64_t ptr, 
     return keep(kind, block, size, ptr, len, fd, out);
 }
 
+/* The token of pages exported before, given again: each move or
+ * checkpoint shares every allocation, and a handle of its own each time
+ * would use up the EXPORTS_MAX a connection keeps (then its memory moves
+ * through the client). Whether one was found. */
+static int again(int kind, uint64_t block, uint64_t ptr, uint64_t len, void *out)
+{
+    int found = 0;
+    pthread_mutex_lock(&lock);
+    for (size_t i = 0; i < nexports && !found; i++) {
+        const struct export *x = &exports[i];
+        if (x->kind == kind && x->block == block && x->ptr == ptr && x->len == len) {
+            struct token t = {TOKEN_MAGIC, (uint32_t)kind, self, {0}, x->size, ptr - block, len};
+            memcpy(t.secret, x->secret, sizeof t.secret);
+            memset(out, 0, sizeof(CUipcMemHandle));
+            memcpy(out, &t, sizeof t);
+            found = 1;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+    return found;
+}
+
 /* The pages holding the allocation at ptr (a mapping of the arena's). */
 static CUresult ipc_export(CUdeviceptr block, CUdeviceptr ptr, size_t len, void *handle)
 {
@@ -217,6 +239,8 @@ static CUresult ipc_export(CUdeviceptr block, CUdeviceptr ptr, size_t len, void 
     if (fgr_arena_block(block, &size, &h) != 0 || ptr < block || ptr - block >= size || len == 0 ||
         len > size - (ptr - block) || !fgr_mem_base(ptr) || !fgr_mem_in(ptr, len))
         return CUDA_ERROR_INVALID_VALUE;
+    if (handle && again(PAGES, block, ptr, len, handle))
+        return CUDA_SUCCESS;
     return exported(PAGES, block, size, ptr, len, (uint64_t)h, handle);
 }
 

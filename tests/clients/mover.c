@@ -1,6 +1,6 @@
 /* A program that keeps changing device memory and checking it, to be moved
  * between servers while it runs (flexgv migrate):
- *     mover STEPS [HOLD_AT[,HOLD_AT...] READY GO [busy][,grow][,pool][,hostfn]]
+ *     mover STEPS [HOLD_AT[,HOLD_AT...] READY GO [busy][,grow][,pool][,hostfn][,many]]
  * Each step adds the step's number to every word of a buffer and of a
  * module variable (a kernel launched on a stream), and to another buffer
  * twice the last odd step's (an explicit graph's kernel node, in a child
@@ -20,7 +20,9 @@
  * device's current one, each step allocating from it (cuMemAllocAsync, the
  * step before's freed) and checking that it is still current, its
  * threshold kept and the step's allocation in it; "hostfn" enqueues a host function and launches a graph of a host node
- * each step, and checks that each ran once a step. It
+ * each step, and checks that each ran once a step; "many" makes MANY small
+ * allocations more, each filled with its own value and checked each step
+ * (a state of many device ranges). It
  * prints each check's sum, so a moved run's output equals an unmoved one's.
  */
 #include "common.h"
@@ -35,6 +37,7 @@ CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphN
 
 enum { WORDS = 1 << 18 }; /* 1 MiB each: more than one piece of a move */
 enum { UPW = 1 << 14 };   /* an upload's words, 64 KiB: over shm://, through the staging area */
+enum { MANY = 400, MANYW = 1024 };
 
 static const char MODULE[] = "FLEXGV-SIM-MODULE\n"
                              "kernel add 5 builtin=add\n"
@@ -93,6 +96,7 @@ int main(int argc, char **argv)
     int busy = argc > 5 && strstr(argv[5], "busy"), pooled = argc > 5 && strstr(argv[5], "pool");
     int grow = argc > 5 && strstr(argv[5], "grow");
     int hostfn = argc > 5 && strstr(argv[5], "hostfn");
+    int many = argc > 5 && strstr(argv[5], "many");
     CUcontext ctx = primary_context();
     (void)ctx;
     /* A module and function made and gone first: what moves is named as
@@ -202,6 +206,14 @@ int main(int argc, char **argv)
         CHECK(cuGraphInstantiateWithFlags(&hge, hg, 0));
     }
 
+    static CUdeviceptr smalls[MANY];
+    for (unsigned k = 0; many && k < MANY; k++) {
+        unsigned kv = 50000 + k, kw = MANYW;
+        void *pk[] = {&smalls[k], &kv, &kw};
+        CHECK(cuMemAlloc_v2(&smalls[k], MANYW * 4));
+        CHECK(cuLaunchKernel(fill, 1, 1, 1, 256, 1, 1, 0, s, pk, NULL));
+    }
+
     unsigned *host = malloc(WORDS * 4);
     uint64_t want = 0, wantb = 0;
     for (int step = 1; step <= steps; step++) {
@@ -275,6 +287,9 @@ int main(int argc, char **argv)
         for (int j = 1; j <= step; j++)
             if (!words_are(step, "uploaded", up + (CUdeviceptr)(j - 1) * UPW * 4, UPW, 100 + (unsigned)j, host, &sum))
                 return 1;
+        for (unsigned k = 0; many && k < MANY; k++)
+            if (!words_are(step, "small", smalls[k], MANYW, 50000 + k, host, &sum))
+                return 1;
         if (pooled) {
             CUmemoryPool now;
             cuuint64_t t = 0, used = 0;
@@ -300,6 +315,8 @@ int main(int argc, char **argv)
         CHECK(cuMemPoolDestroy(pool));
     }
     CHECK(cuMemFree_v2(up));
+    for (unsigned k = 0; many && k < MANY; k++)
+        CHECK(cuMemFree_v2(smalls[k]));
     CHECK(cuGraphExecDestroy(ge));
     CHECK(cuGraphDestroy(g));
     CHECK(cuEventDestroy_v2(ev));

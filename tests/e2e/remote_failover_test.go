@@ -613,3 +613,37 @@ print("queued", cu.cuLaunchKernel(fn, 1, 1, 1, 4096, 1, 1, 0, None, None, None),
 		}
 	}
 }
+
+// A program of many device ranges checkpointed again and again: each
+// checkpoint moves all its device memory device to device (the old
+// executor's handle of a range is given again, never exported anew, so
+// no checkpoint finds the executor's handles used up), and the program
+// goes on from the last one with every byte right.
+func TestRemoteFailoverCheckpointsOfManyRanges(t *testing.T) {
+	e := newEnv(t)
+	local := runsLocally(t, e, []string{"mover", "6", "0", "-", "-", "many"}, "done")
+	h := startHeldFailover(t, e, "busy,many")
+	a, b, cmd, out, errb, goOn := h.a, h.b, h.cmd, h.out, h.errb, h.goOn
+	// 404 ranges a checkpoint: eight checkpoints export more handles than
+	// an executor keeps at once (1024).
+	h.said("checkpoint 8 on the failover server")
+	line := regexp.MustCompile(`checkpoint (\d+) on the failover server [^;]*;[^;]*; ([\d.]+) MiB of device memory, ([\d.]+) MiB of it device to device`)
+	seen := line.FindAllStringSubmatch(errb.String(), -1)
+	for _, m := range seen {
+		if m[2] != m[3] || (m[1] != "1" && m[2] == "0.0") { // the first, at the first call, holds nothing
+			t.Errorf("checkpoint %s: %s MiB of device memory, %s MiB of it device to device", m[1], m[2], m[3])
+		}
+	}
+	if len(seen) < 8 {
+		t.Errorf("%d checkpoints said:\n%s", len(seen), errb.String())
+	}
+	os.WriteFile(goOn, nil, 0o644)
+	heldAgain(t, goOn, h.ready, errb)
+	a.cmd.Process.Signal(syscall.SIGKILL)
+	a.cmd.Wait()
+	os.WriteFile(goOn, nil, 0o644)
+	endsWithin(t, cmd, 60*time.Second, "its server was killed", errb.String)
+	if code := cmd.ProcessState.ExitCode(); code != 0 || out.String() != local.stdout || !strings.Contains(errb.String(), "going on at "+b.addr) {
+		t.Errorf("the program: exit %d\n%s\nwant\n%s\n%s", code, out.String(), local.stdout, errb.String())
+	}
+}
