@@ -8,9 +8,11 @@ conv-net of torch_train.py for STEPS steps, appending "STEP TIME" to
 PROGRESS_FILE every 10 steps (TIME: time.time() once the step is done).
 Prints one JSON line: every step's loss as an exact hex float, whether the
 ballast still holds its pattern, the longest time between progress
-lines (a suspension shows there) and the time from the first to the last.
+lines (a suspension shows there), the time from the first to the last
+and the CPU time this process (every thread) took meanwhile.
 """
 import json
+import resource
 import sys
 import time
 
@@ -29,6 +31,7 @@ def main():
     ballast = block.repeat(hold_gib * 1024).view(hold_gib * 1024, MIB)
     losses = []
     stamps = []
+    cpus = []
     with open(progress, "a") as f:
         for i in range(steps):
             opt.zero_grad(set_to_none=True)
@@ -39,6 +42,7 @@ def main():
             if i % 10 == 0:
                 torch.cuda.synchronize()
                 stamps.append(time.time())
+                cpus.append(cpu_s())
                 f.write(f"{i} {stamps[-1]:.6f}\n")
                 f.flush()
     torch.cuda.synchronize()
@@ -46,7 +50,12 @@ def main():
     gap = max((b - a for a, b in zip(stamps, stamps[1:])), default=0.0)
     print(json.dumps({"losses": [float(v).hex() for v in torch.stack(losses).tolist()], "ballast_intact": intact,
                       "ballast_bytes": ballast.numel(), "max_gap_s": gap,
-                      "train_s": stamps[-1] - stamps[0] if stamps else 0.0}))
+                      "train_s": stamps[-1] - stamps[0] if stamps else 0.0, "train_cpu_s": cpus[-1] - cpus[0] if cpus else 0.0}))
+
+
+def cpu_s():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 if __name__ == "__main__":
