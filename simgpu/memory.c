@@ -1141,6 +1141,22 @@ SIM_EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle handle)
     return CUDA_SUCCESS;
 }
 
+/* What the memory was made with: pinned, on its device (an imported
+ * handle's device from the name its creator gave it). */
+SIM_EXPORT CUresult cuMemGetAllocationPropertiesFromHandle(CUmemAllocationProp *prop, CUmemGenericAllocationHandle handle)
+{
+    SIM_GATE();
+    const struct sim_vmm *h = (const struct sim_vmm *)(uintptr_t)handle;
+    if (!prop || !h || h->magic != VMM_MAGIC || h->refs == 0 || sim_ordinal(h->dev) < 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(prop, 0, sizeof *prop);
+    prop->type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop->location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop->location.id = sim_ordinal(h->dev);
+    prop->requestedHandleTypes = h->types;
+    return CUDA_SUCCESS;
+}
+
 SIM_EXPORT CUresult cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment, CUdeviceptr addr,
                                         unsigned long long flags)
 {
