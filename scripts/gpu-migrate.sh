@@ -2,9 +2,11 @@
 # A running PyTorch training moved between two GPU servers of this host
 # (flexgv migrate), after make: an uninterrupted remote run, then the same
 # run moved from server a to server b mid-run, over unix sockets and over
-# loopback TCP: the losses bit for bit, the ballast intact, the pause the
-# program saw and the device memory that moved.
-#     scripts/gpu-migrate.sh [STEPS] [HOLD_GIB] [OUT]
+# loopback TCP, and to a server in a network namespace of its own (whose
+# executors cannot reach this host's others' memory, as on another host):
+# the losses bit for bit, the ballast intact, the pause the program saw and
+# the device memory that moved.
+#     [PAIRS="unix tcp apart"] scripts/gpu-migrate.sh [STEPS] [HOLD_GIB] [OUT]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${1:-3000}
@@ -18,18 +20,34 @@ trap 'kill $(jobs -p) 2>/dev/null; wait 2>/dev/null; rm -rf "$tmp"' EXIT
 failed=0
 fail() { echo "FAIL: $*"; failed=1; }
 pass() { echo "PASS: $*"; }
-serve() { env -u LD_LIBRARY_PATH "$FLEXGV" serve --listen "$1" ${2:-} >>"$OUT/migrate_serve_$3.log" 2>&1 & }
+PAIRS=${PAIRS:-unix tcp apart}
+serve() { env -u LD_LIBRARY_PATH ${4:-} "$FLEXGV" serve --listen "$1" ${2:-} >>"$OUT/migrate_serve_$3.log" 2>&1 & }
 serve "unix://$tmp/a.sock" "" a
 serve "unix://$tmp/b.sock" "" b
 serve tcp://127.0.0.1:7181 --open ta
 serve tcp://127.0.0.1:7182 --open tb
+pairs=()
+for p in $PAIRS; do
+    case $p in
+    unix) pairs+=("unix://$tmp/a.sock unix://$tmp/b.sock") ;;
+    tcp) pairs+=("tcp://127.0.0.1:7181 tcp://127.0.0.1:7182") ;;
+    apart)
+        if unshare --net true 2>/dev/null; then
+            serve "unix://$tmp/c.sock" "" c "unshare --net"
+            pairs+=("unix://$tmp/a.sock unix://$tmp/c.sock")
+        else
+            echo "SKIP: no network namespace here (unshare --net), so no move as between hosts"
+        fi ;;
+    *) echo "PAIRS: unknown pair $p (unix, tcp, apart)"; exit 2 ;;
+    esac
+done
 sleep 2
 train() { # ADDR PROGRESS JSON
     FLEXGV_REMOTE=$1 LD_LIBRARY_PATH=$B/remote python3 scripts/gpu/torch_suspend.py "$STEPS" "$GIB" "$2" >"$3"
 }
 echo "== the uninterrupted run, over unix://"
 train "unix://$tmp/a.sock" "$tmp/ref.progress" "$tmp/ref.json" || fail "the uninterrupted run"
-for pair in "unix://$tmp/a.sock unix://$tmp/b.sock" "tcp://127.0.0.1:7181 tcp://127.0.0.1:7182"; do
+for pair in "${pairs[@]}"; do
     set -- $pair
     from=$1 to=$2
     echo "== moved from $from to $to mid-run ($GIB GiB of ballast beside the training)"
@@ -42,6 +60,7 @@ for pair in "unix://$tmp/a.sock unix://$tmp/b.sock" "tcp://127.0.0.1:7181 tcp://
     mrc=${PIPESTATUS[0]}
     wait $job || fail "the training moved from $from (its stderr below)"
     grep "flexgv remote" "$tmp/run.err"
+    grep -h "sums" "$OUT"/migrate_serve_*.log | sort | uniq -c
     [ "$mrc" = 0 ] && pass "flexgv migrate $from -> $to" || fail "flexgv migrate $from -> $to (exit $mrc)"
     python3 - "$tmp/ref.json" "$tmp/run.json" "$STEPS" <<'PY' || fail "the moved run's losses or ballast ($from)"
 import json, sys
