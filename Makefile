@@ -144,7 +144,7 @@ remote: $(BUILD)/remote/libcuda.so.1 $(BUILD)/remote/libnvidia-ml.so.1 $(BUILD)/
 # built with the rest so that it keeps up with the executor's files.
 EXEC_CHECKS   := bench/executor_checks.c remote/wire.c remote/sha256.c \
 	$(filter-out remote/executor/main.c remote/executor/stage.c remote/executor/heap.c \
-	remote/executor/hostfn.c remote/executor/move.c,$(wildcard remote/executor/*.c))
+	remote/executor/hostfn.c remote/executor/move.c remote/executor/ahead.c,$(wildcard remote/executor/*.c))
 
 $(BUILD)/remote/libcuda.so.1: $(REMOTE_CLIENT) $(REMOTE_HDRS)
 	@mkdir -p $(@D)

@@ -31,7 +31,7 @@
 
 #include "flexgv/cuda_types.h"
 
-#define FGR_PROTO_VERSION 25u /* 25: a wait-only request makes its call when nothing came between; 24: a host node's copies over shm:// too (its data area), a state's ranges at the program's addresses; 23: a host node's turn brings the buffers its copy nodes wrote; 22: a failover server's replay (fgrStateAlias), the names' table in a state; 21: a connection moved to another server (fgrState*); 20: IPC between a host's connections, a link state's logs, host functions over sockets (a channel); 19: kernel nodes' parameters read and changed; 18: pinned memory promoted (fgrHostMapAt), graph copies through server buffers; 17: the program's device output; 16: managed memory kept on both sides; 15: host functions over shm:// asynchronous; 14: cuMemRetainAllocationHandle; 13: device memory at addresses the client chooses; 12: the pinned heap, downloads in halves, a launch's extra; 11: queued calls' errors per thread; 10: staging areas; 9: waits pending */
+#define FGR_PROTO_VERSION 26u /* 26: device memory copied ahead of a move between hosts (fgrStateShareRead, fgrStateSums); 25: a wait-only request makes its call when nothing came between; 24: a host node's copies over shm:// too (its data area), a state's ranges at the program's addresses; 23: a host node's turn brings the buffers its copy nodes wrote; 22: a failover server's replay (fgrStateAlias), the names' table in a state; 21: a connection moved to another server (fgrState*); 20: IPC between a host's connections, a link state's logs, host functions over sockets (a channel); 19: kernel nodes' parameters read and changed; 18: pinned memory promoted (fgrHostMapAt), graph copies through server buffers; 17: the program's device output; 16: managed memory kept on both sides; 15: host functions over shm:// asynchronous; 14: cuMemRetainAllocationHandle; 13: device memory at addresses the client chooses; 12: the pinned heap, downloads in halves, a launch's extra; 11: queued calls' errors per thread; 10: staging areas; 9: waits pending */
 
 /* An object the driver makes for a context through a private table word
  * (21318c60-... word 51, which cuBLAS calls before its first product): a
@@ -177,6 +177,30 @@ static inline uint64_t fgr_block_sum(const void *p, size_t n)
     for (; i < n; i++)
         r = (r ^ b[i]) * 0x100000001b3ull;
     return r ^ (r >> 29);
+}
+/* The sum of n bytes of device memory (n a multiple of 8) that both an
+ * executor's kernel and its host compute (fgrStateSums): each 64-bit word,
+ * its index mixed in, through a bijective mixer, the results added, so
+ * that a block's threads may add their parts in any order, and a block
+ * that differs from another in one word has another sum. */
+static inline uint64_t fgr_words_mix(uint64_t w, uint64_t i)
+{
+    uint64_t x = w ^ (i * 0x9e3779b97f4a7c15ull);
+    x ^= x >> 31;
+    x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27;
+    x *= 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+static inline uint64_t fgr_words_sum(const void *p, size_t n)
+{
+    uint64_t s = n;
+    for (size_t i = 0; i < n / 8; i++) {
+        uint64_t w;
+        __builtin_memcpy(&w, (const unsigned char *)p + 8 * i, 8);
+        s += fgr_words_mix(w, i);
+    }
+    return s;
 }
 /* What the handshake's last field asks to talk over after it: the socket,
  * or shared-memory rings (ring.h) whose memfd the client sends next. */

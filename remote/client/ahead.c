@@ -27,27 +27,33 @@ static uint64_t now_ns(void)
 
 static unsigned ms_since(uint64_t t0) { return (unsigned)((now_ns() - t0) / 1000000u); }
 
-/* One request on the loader's connection and its answer (result, then
- * what follows in *a, *n): 0, or -1 with why written. */
-static int loader_call(struct fgr_ahead *ahead, const uint8_t *f, size_t fn, uint8_t **a, uint32_t *n)
+/* The result of the last answer call_on read. */
+static __thread uint32_t answered;
+
+/* One request on connection c and its answer (result, then what follows
+ * in *a, *n, at most max bytes): 0, or -1 with why written. */
+static int call_on(struct fgr_conn_saved *c, const uint8_t *f, size_t fn, uint8_t **a, uint32_t *n, uint32_t max,
+                   char *why, size_t nwhy)
 {
-    void *tls = ahead->conn.tls;
-    int fd = ahead->conn.fd;
+    answered = CUDA_ERROR_UNKNOWN;
+    void *tls = c->tls;
+    int fd = c->fd;
     if (tls ? fgr_tls_write_all(tls, f, fn) : fgr_write_all(fd, f, fn)) {
-        snprintf(ahead->why, sizeof ahead->why, "the target server went away: %s", strerror(errno));
+        snprintf(why, nwhy, "the server went away: %s", strerror(errno));
         return -1;
     }
     for (;;) {
         uint8_t h[8];
         if (tls ? fgr_tls_read_all(tls, h, 8) : fgr_read_all(fd, h, 8)) {
-            snprintf(ahead->why, sizeof ahead->why, "the target server did not answer");
+            snprintf(why, nwhy, "the server did not answer");
             return -1;
         }
         uint32_t len = (uint32_t)fgr_word(h, 4), first = (uint32_t)fgr_word(h + 4, 4);
-        uint8_t *b = len >= 4 && len <= (1u << 20) ? malloc(len - 4 + 1) : NULL;
+        answered = first;
+        uint8_t *b = len >= 4 && len - 4 <= max ? malloc(len - 4 + 1) : NULL;
         if (!b || (len > 4 && (tls ? fgr_tls_read_all(tls, b, len - 4) : fgr_read_all(fd, b, len - 4)))) {
             free(b);
-            snprintf(ahead->why, sizeof ahead->why, "the target server answered malformed");
+            snprintf(why, nwhy, "the server answered malformed");
             return -1;
         }
         if (first == FGR_OUTPUT) { /* nothing runs there yet: no output to print */
@@ -56,13 +62,77 @@ static int loader_call(struct fgr_ahead *ahead, const uint8_t *f, size_t fn, uin
         }
         if (first != CUDA_SUCCESS) {
             free(b);
-            snprintf(ahead->why, sizeof ahead->why, "the target server answered error %u", first);
+            snprintf(why, nwhy, "the server answered error %u", first);
             return -1;
         }
         *a = b;
         *n = len - 4;
         return 0;
     }
+}
+
+static int loader_call(struct fgr_ahead *ahead, const uint8_t *f, size_t fn, uint8_t **a, uint32_t *n)
+{
+    return call_on(&ahead->conn, f, fn, a, n, 1u << 20, ahead->why, sizeof ahead->why);
+}
+
+/* A request's header, for op. */
+static void begin(struct fgr_buf *w, unsigned op)
+{
+    w->len = 0;
+    fgr_put_u32(w, 0);
+    fgr_put_u16(w, (uint16_t)op);
+    fgr_put_u16(w, 0);
+    fgr_put_u32(w, 0);
+    fgr_put_u64(w, 0);
+}
+
+/* Between hosts, while the program runs: each range's bytes read on the
+ * old server (the helper connection, by the range's token) and written to
+ * the new executor. Whatever fails, the second pause copies it all. */
+static void copy_ahead(struct fgr_ahead *a, struct fgr_buf *w)
+{
+    char why[256];
+    uint32_t nranges = 0;
+    const uint8_t *ranges = fgr_state_ranges(a->state, a->n, &nranges, why, sizeof why);
+    uint64_t copied = 0;
+    int ok = ranges != NULL;
+    static const uint8_t none[64];
+    for (uint32_t i = 0; ok && i < nranges; i++) {
+        uint64_t base = fgr_word(ranges + 16 * i, 8), size = fgr_word(ranges + 16 * i + 8, 8);
+        if (!memcmp(a->tokens + 64 * i, none, 64))
+            continue;
+        for (uint64_t off = 0; ok && off < size; off += FGR_STATE_PIECE) {
+            uint64_t k = size - off < FGR_STATE_PIECE ? size - off : FGR_STATE_PIECE;
+            uint8_t *ans = NULL;
+            uint32_t n = 0;
+            begin(w, FGR_OP_fgrStateShareRead);
+            fgr_put_u64(w, off);
+            fgr_put_u64(w, k);
+            fgr_put_buf(w, a->tokens + 64 * i, 64);
+            fgr_put_u8(w, 1);
+            fgr_finish_frame(w);
+            /* Answer: u8 1, u64 k, the bytes. */
+            ok = !w->oom && call_on(&a->helper, w->p, w->len, &ans, &n, FGR_STATE_PIECE + 64, why, sizeof why) == 0 &&
+                 n == 9 + k && fgr_word(ans + 1, 8) == k;
+            for (uint64_t at = 0; ok && at < k; at += FGR_STATE_PIECE) {
+                uint64_t part = k - at < FGR_STATE_PIECE ? k - at : FGR_STATE_PIECE;
+                uint8_t *wa = NULL;
+                uint32_t wn = 0;
+                begin(w, FGR_OP_fgrStateWrite);
+                fgr_put_u64(w, base + off + at);
+                fgr_put_u64(w, part);
+                fgr_put_buf(w, ans + 9 + at, part);
+                fgr_finish_frame(w);
+                ok = !w->oom && call_on(&a->conn, w->p, w->len, &wa, &wn, 64, why, sizeof why) == 0;
+                free(wa);
+            }
+            free(ans);
+            copied += ok ? k : 0;
+        }
+    }
+    a->m.ahead = ok ? copied : 0;
+    a->copied = ok;
 }
 
 static void *loader(void *arg)
@@ -74,12 +144,7 @@ static void *loader(void *arg)
     int ok = 1;
     for (uint64_t off = 0; ok && off < ahead->n; off += FGR_STATE_PIECE) {
         uint64_t k = ahead->n - off < FGR_STATE_PIECE ? ahead->n - off : FGR_STATE_PIECE;
-        w.len = 0;
-        fgr_put_u32(&w, 0);
-        fgr_put_u16(&w, FGR_OP_fgrStatePut);
-        fgr_put_u16(&w, 0);
-        fgr_put_u32(&w, 0);
-        fgr_put_u64(&w, 0);
+        begin(&w, FGR_OP_fgrStatePut);
         fgr_put_u64(&w, off);
         fgr_put_u64(&w, k);
         fgr_put_u8(&w, 1);
@@ -93,12 +158,7 @@ static void *loader(void *arg)
     if (w.oom)
         snprintf(ahead->why, sizeof ahead->why, "no memory to give the state");
     if (ok) {
-        w.len = 0;
-        fgr_put_u32(&w, 0);
-        fgr_put_u16(&w, FGR_OP_fgrStateLoad);
-        fgr_put_u16(&w, 0);
-        fgr_put_u32(&w, 0);
-        fgr_put_u64(&w, 0);
+        begin(&w, FGR_OP_fgrStateLoad);
         fgr_put_u64(&w, ahead->n);
         fgr_put_u64(&w, sizeof ahead->why - 1);
         fgr_put_u8(&w, 1);
@@ -112,7 +172,12 @@ static void *loader(void *arg)
         }
         free(a);
     }
+    if (ok && ahead->tokens)
+        copy_ahead(ahead, &w);
     free(w.p);
+    fgr_conn_drop(&ahead->helper);
+    free(ahead->tokens);
+    ahead->tokens = NULL;
     __atomic_store_n(&ahead->done, ok ? 1 : 2, __ATOMIC_RELEASE);
     if (__atomic_exchange_n(&ahead->claimed, 1, __ATOMIC_ACQ_REL)) { /* given up: the server was lost meanwhile */
         fgr_conn_drop(&ahead->conn);
@@ -121,17 +186,69 @@ static void *loader(void *arg)
     return NULL;
 }
 
+/* Whether the target reaches the old executor's pages (then they move
+ * device to device at the second pause) or not, as between hosts: then
+ * each range's token and another connection to the old server, for the
+ * loader to copy them ahead. The program's connection current. */
+static CUresult reaches(struct fgr_ahead *a, const uint8_t *token)
+{
+    /* Asked of the new executor, of no context yet: fgrStatePull(token, 0, 0). */
+    struct fgr_buf w = {0};
+    uint8_t *ans = NULL;
+    uint32_t n;
+    char why[128];
+    begin(&w, FGR_OP_fgrStatePull);
+    fgr_put_u64(&w, 0);
+    fgr_put_u64(&w, 0);
+    fgr_put_buf(&w, token, 64);
+    fgr_finish_frame(&w);
+    int r = w.oom ? -1 : call_on(&a->conn, w.p, w.len, &ans, &n, 64, why, sizeof why);
+    free(w.p);
+    free(ans);
+    return r == 0 ? CUDA_SUCCESS : (CUresult)answered;
+}
+
+static void plan_copy(struct fgr_ahead *a, const uint8_t *ranges, uint32_t nranges)
+{
+    const char *from = fgr_conn_address();
+    uint8_t *tokens = nranges ? calloc(nranges, 64) : NULL;
+    char *at = from && strncmp(from, "shm://", 6) ? strdup(from) : NULL;
+    /* Memory the driver placed (module variables) or the host's (mapped
+     * pinned memory) has no token: the second pause copies it. */
+    CUresult r = CUDA_ERROR_INVALID_VALUE;
+    uint32_t shared = 0;
+    for (uint32_t i = 0; tokens && at && i < nranges && r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_FOUND; i++) {
+        if (fgrStateShare(fgr_word(ranges + 16 * i, 8), fgr_word(ranges + 16 * i + 8, 8), tokens + 64 * i) !=
+            CUDA_SUCCESS)
+            continue;
+        shared = i + 1;
+        r = reaches(a, tokens + 64 * i);
+    }
+    for (uint32_t i = shared; r == CUDA_ERROR_NOT_FOUND && i < nranges; i++)
+        if (fgrStateShare(fgr_word(ranges + 16 * i, 8), fgr_word(ranges + 16 * i + 8, 8), tokens + 64 * i) !=
+            CUDA_SUCCESS)
+            memset(tokens + 64 * i, 0, 64);
+    if (r == CUDA_ERROR_NOT_FOUND && fgr_conn_dial(at, &a->helper) == 0) {
+        fgr_conn_swap(&a->helper); /* the program's current again */
+        a->tokens = tokens;
+        tokens = NULL;
+    }
+    free(tokens);
+    free(at);
+}
+
 int fgr_ahead_start(struct fgr_ahead *a, const char *to, char *why, size_t nwhy)
 {
     uint64_t t0 = now_ns();
     uint32_t nranges;
-    *a = (struct fgr_ahead){.conn = {.fd = -1}};
+    const uint8_t *ranges = NULL;
+    *a = (struct fgr_ahead){.conn = {.fd = -1}, .helper = {.fd = -1}};
     if (!strncmp(to, "shm://", 6)) {
         snprintf(why, nwhy, "over shm:// the calls go through rings only the program's thread writes");
         return 1; /* in one step */
     }
     a->state = fgr_state_movable(to, why, nwhy) ? fgr_state_save(&a->n, why, nwhy) : NULL;
-    if (a->state && !fgr_state_ranges(a->state, a->n, &nranges, why, nwhy)) {
+    if (a->state && !(ranges = fgr_state_ranges(a->state, a->n, &nranges, why, nwhy))) {
         free(a->state);
         a->state = NULL;
     }
@@ -153,6 +270,8 @@ int fgr_ahead_start(struct fgr_ahead *a, const char *to, char *why, size_t nwhy)
     } else {
         no = fgr_same_gpus(&a->conn.srv, &fgr_srv);
         fgr_conn_swap(&a->conn); /* the program's server current again */
+        if (!no)
+            plan_copy(a, ranges, nranges);
     }
     a->m.at[1] = ms_since(t0);
     if (!no && fgr_thread_start(loader, a, 0, "flexgv-remake") != 0)
@@ -162,12 +281,24 @@ int fgr_ahead_start(struct fgr_ahead *a, const char *to, char *why, size_t nwhy)
         if (no != why)
             snprintf(why, nwhy, "%s", no);
         fgr_conn_drop(&a->conn);
+        fgr_conn_drop(&a->helper);
+        free(a->tokens);
+        a->tokens = NULL;
         free(a->state);
         a->state = NULL;
         return -1;
     }
     a->loading = 1;
     return 0;
+}
+
+const char *fgr_ahead_said(const struct fgr_remade *m)
+{
+    static __thread char s[96];
+    if (!m->ahead)
+        return "";
+    snprintf(s, sizeof s, "; %.1f MiB copied before, while the program ran", m->ahead / 1048576.0);
+    return s;
 }
 
 int fgr_ahead_ready(const struct fgr_ahead *a) { return a->loading && __atomic_load_n(&a->done, __ATOMIC_ACQUIRE) != 0; }
@@ -192,7 +323,7 @@ int fgr_ahead_end(struct fgr_ahead *a, char *why, size_t nwhy)
         no = "no memory to copy device memory";
     } else {
         fgr_conn_swap(&a->conn); /* the new executor current, the program's set aside */
-        int r = fgr_state_copy(ranges, nranges, &a->conn, buf, &a->m.bytes, &a->m.pulled, why, nwhy);
+        int r = fgr_state_copy(ranges, nranges, &a->conn, buf, a->copied, &a->m.bytes, &a->m.pulled, why, nwhy);
         fgr_conn_swap(&a->conn);
         no = r ? why : NULL;
     }
@@ -227,5 +358,7 @@ void fgr_ahead_forked(struct fgr_ahead *a)
 {
     if (a->loading && a->conn.fd >= 0)
         close(a->conn.fd); /* the parent's loader's: it goes on there */
-    *a = (struct fgr_ahead){.conn = {.fd = -1}};
+    if (a->loading && a->helper.fd >= 0)
+        close(a->helper.fd);
+    *a = (struct fgr_ahead){.conn = {.fd = -1}, .helper = {.fd = -1}};
 }

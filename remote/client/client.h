@@ -307,13 +307,15 @@ void fgr_failover_forked(void);
  * written why), the current (new) executor given them (0, or -1 having
  * written why), the device ranges' bytes copied from old (set aside) to
  * the current one through buf (FGR_COPY_BUF bytes: with a context current,
- * through the copy calls' own pipeline; without, a piece at a time), and
- * whether a program built for a's GPUs runs on b's (NULL, or why not). */
+ * through the copy calls' own pipeline; without, a piece at a time; with
+ * ahead, the bytes were copied before and only blocks whose sums differ
+ * are copied again), and whether a program built for a's GPUs runs on b's
+ * (NULL, or why not). */
 #define FGR_COPY_BUF (64u << 20)
 uint8_t *fgr_state_save(uint64_t *n, char *why, size_t nwhy);
 int fgr_state_load(const uint8_t *p, uint64_t n, char *why, size_t nwhy);
-int fgr_state_copy(const uint8_t *ranges, uint32_t nranges, struct fgr_conn_saved *old, uint8_t *buf, uint64_t *total,
-                   uint64_t *pulled, char *why, size_t nwhy);
+int fgr_state_copy(const uint8_t *ranges, uint32_t nranges, struct fgr_conn_saved *old, uint8_t *buf, int ahead,
+                   uint64_t *total, uint64_t *pulled, char *why, size_t nwhy);
 const char *fgr_same_gpus(const struct fgr_server *a, const struct fgr_server *b);
 uint64_t fgr_word(const uint8_t *p, int n); /* n little-endian bytes */
 /* Whether the program's state can be made again at to (0, having written
@@ -326,6 +328,7 @@ const uint8_t *fgr_state_ranges(const uint8_t *state, uint64_t n, uint32_t *nran
  * having written why (nothing made). What it took in *m. */
 struct fgr_remade {
     uint64_t state, bytes, pulled; /* the state's bytes, device memory copied, of it device to device */
+    uint64_t ahead;                /* device memory copied before, while the program ran (between hosts) */
     unsigned ms, at[3];            /* ms it took; when the state was read, the target reached, the state made again */
 };
 int fgr_state_remake(const char *to, struct fgr_conn_saved *made, struct fgr_remade *m, char *why, size_t nwhy);
@@ -340,6 +343,11 @@ int fgr_state_remake(const char *to, struct fgr_conn_saved *made, struct fgr_rem
 #define FGR_AHEAD_TRIES 3
 struct fgr_ahead {
     struct fgr_conn_saved conn;
+    /* Between hosts: another connection to the old server, and each
+     * range's token, with which the loader copies device memory ahead. */
+    struct fgr_conn_saved helper;
+    uint8_t *tokens;
+    int copied; /* the loader copied it all ahead */
     uint8_t *state;
     uint64_t n;
     unsigned long long generation;
@@ -352,10 +360,14 @@ struct fgr_ahead {
 };
 int fgr_ahead_start(struct fgr_ahead *a, const char *to, char *why, size_t nwhy);
 int fgr_ahead_ready(const struct fgr_ahead *a);
+/* What was copied ahead, for a line that says what a move took ("" when
+ * nothing was). */
+const char *fgr_ahead_said(const struct fgr_remade *m);
 int fgr_ahead_end(struct fgr_ahead *a, char *why, size_t nwhy);
 void fgr_ahead_abandon(struct fgr_ahead *a);
 void fgr_ahead_forked(struct fgr_ahead *a);
 int fgr_conn_dial(const char *addr, struct fgr_conn_saved *old);
+const char *fgr_conn_address(void); /* the server's, as dialled */
 void fgr_conn_swap(struct fgr_conn_saved *other);
 void fgr_conn_drop(struct fgr_conn_saved *s);
 void fgr_conn_moved(const char *addr);

@@ -116,6 +116,8 @@ static const char *address(void)
     return a && *a ? a : NULL;
 }
 
+const char *fgr_conn_address(void) { return address(); }
+
 /* A move the server asked for (an FGR_OUTPUT_MOVE frame), made by the next
  * call that finds the connection idle; the thread making it, while it does. */
 static char *move_asked;

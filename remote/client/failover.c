@@ -190,7 +190,7 @@ static int internal_op(int op)
            op == FGR_OP_fgrStateGet || op == FGR_OP_fgrStatePut || op == FGR_OP_fgrStateLoad ||
            op == FGR_OP_fgrStateRead || op == FGR_OP_fgrStateWrite || op == FGR_OP_fgrStateDone ||
            op == FGR_OP_fgrStateShare || op == FGR_OP_fgrStatePull || op == FGR_OP_fgrStateAlias ||
-           op == FGR_OP_fgrStateMark;
+           op == FGR_OP_fgrStateMark || op == FGR_OP_fgrStateShareRead || op == FGR_OP_fgrStateSums;
 }
 
 static void drop_kept(void)
@@ -442,8 +442,9 @@ static void taken(struct fgr_conn_saved made, const struct fgr_remade *m, int st
         if (undone)
             snprintf(after, sizeof after, ", after %u in two steps the program's changes undid", undone);
         fgr_say("checkpoint %u on the failover server %s (in %s%s; the program paused %u ms; %.1f MiB of device memory, "
-                "%.1f MiB of it device to device, %.1f MiB of state)", checkpoints, to, steps == 2 ? "two steps" : "one step",
-                after, m->ms, m->bytes / 1048576.0, m->pulled / 1048576.0, m->state / 1048576.0);
+                "%.1f MiB of it device to device, %.1f MiB of state%s)", checkpoints, to,
+                steps == 2 ? "two steps" : "one step", after, m->ms, m->bytes / 1048576.0, m->pulled / 1048576.0,
+                m->state / 1048576.0, fgr_ahead_said(m));
     }
 }
 
@@ -456,7 +457,7 @@ static void paused(unsigned ms)
 
 
 /* Checkpoints are taken in two steps where they can be (ahead.c). */
-static struct fgr_ahead ahead = {.conn = {.fd = -1}};
+static struct fgr_ahead ahead = {.conn = {.fd = -1}, .helper = {.fd = -1}};
 static unsigned changed; /* two-step checkpoints in a row the structure changed under */
 /* Attempts in two steps before one: FGR_AHEAD_TRIES, one after a checkpoint
  * that all of them failed (a program changing its structure all the time

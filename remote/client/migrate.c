@@ -89,14 +89,70 @@ int fgr_state_load(const uint8_t *p, uint64_t n, char *why, size_t nwhy)
     return r == CUDA_SUCCESS && ok ? 0 : -1;
 }
 
+/* n bytes at p, old (set aside) to new (current), through buf: 0, or -1
+ * having written why. */
+static int copy_bytes(uint64_t p, uint64_t n, struct fgr_conn_saved *old, uint8_t *buf, uint64_t *total, char *why,
+                      size_t nwhy)
+{
+    int fast = fgr_current() != NULL;
+    size_t piece = fast ? FGR_COPY_BUF : FGR_STATE_PIECE;
+    for (uint64_t off = 0; off < n; off += piece) {
+        size_t k = n - off < piece ? n - off : piece;
+        fgr_conn_swap(old);
+        CUresult r = fast ? cuMemcpyDtoH_v2(buf, p + off, k) : fgrStateRead(p + off, k, buf);
+        fgr_conn_swap(old);
+        if (r == CUDA_SUCCESS)
+            r = fast ? cuMemcpyHtoD_v2(p + off, buf, k) : fgrStateWrite(p + off, k, buf);
+        *total += r == CUDA_SUCCESS ? k : 0;
+        if (r != CUDA_SUCCESS) {
+            snprintf(why, nwhy, "copying device memory at 0x%llx failed (error %d)", (unsigned long long)(p + off),
+                     (int)r);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* A range copied before: the blocks whose sums differ between old and new
+ * copied again (where either cannot sum, all of it). */
+static int copy_changed(uint64_t base, uint64_t size, struct fgr_conn_saved *old, uint8_t *buf, uint64_t *total,
+                        char *why, size_t nwhy)
+{
+    static unsigned long long was[FGR_MAX_SUMS], now[FGR_MAX_SUMS]; /* the program's other threads wait */
+    const uint64_t span = (uint64_t)FGR_MAX_SUMS * FGR_SUM_BLOCK;
+    for (uint64_t at = 0; at < size; at += span) {
+        uint64_t k = size - at < span ? size - at : span;
+        unsigned ns = (unsigned)((k + FGR_SUM_BLOCK - 1) / FGR_SUM_BLOCK);
+        fgr_conn_swap(old);
+        CUresult r = base % 8 || k % 8 ? CUDA_ERROR_INVALID_VALUE : fgrStateSums(base + at, k, ns, was);
+        fgr_conn_swap(old);
+        if (r != CUDA_SUCCESS || fgrStateSums(base + at, k, ns, now) != CUDA_SUCCESS) {
+            if (copy_bytes(base + at, k, old, buf, total, why, nwhy))
+                return -1;
+            continue;
+        }
+        for (unsigned i = 0; i < ns;) {
+            unsigned j = i;
+            while (j < ns && was[j] != now[j])
+                j++;
+            if (j > i) {
+                uint64_t from = (uint64_t)i * FGR_SUM_BLOCK, to = (uint64_t)j * FGR_SUM_BLOCK;
+                if (copy_bytes(base + at + from, (to < k ? to : k) - from, old, buf, total, why, nwhy))
+                    return -1;
+            }
+            i = j + 1;
+        }
+    }
+    return 0;
+}
+
 /* The device ranges' bytes, old (set aside) to new (current), through buf
  * (FGR_COPY_BUF bytes); the bytes copied in *total, of them device to device
  * in *pulled. */
-int fgr_state_copy(const uint8_t *ranges, uint32_t nranges, struct fgr_conn_saved *old, uint8_t *buf, uint64_t *total,
-                   uint64_t *pulled, char *why, size_t nwhy)
+int fgr_state_copy(const uint8_t *ranges, uint32_t nranges, struct fgr_conn_saved *old, uint8_t *buf, int ahead,
+                   uint64_t *total, uint64_t *pulled, char *why, size_t nwhy)
 {
-    int fast = fgr_current() != NULL, pull = 1;
-    size_t piece = fast ? FGR_COPY_BUF : FGR_STATE_PIECE;
+    int pull = !ahead;
     for (uint32_t i = 0; i < nranges; i++) {
         uint64_t base = fgr_word(ranges + 16 * i, 8), size = fgr_word(ranges + 16 * i + 8, 8);
         /* On one host, device to device: the new executor copies from the
@@ -113,20 +169,9 @@ int fgr_state_copy(const uint8_t *ranges, uint32_t nranges, struct fgr_conn_save
             }
             pull = r != CUDA_ERROR_NOT_FOUND;
         }
-        for (uint64_t off = 0; off < size; off += piece) {
-            size_t k = size - off < piece ? size - off : piece;
-            fgr_conn_swap(old);
-            CUresult r = fast ? cuMemcpyDtoH_v2(buf, base + off, k) : fgrStateRead(base + off, k, buf);
-            fgr_conn_swap(old);
-            if (r == CUDA_SUCCESS)
-                r = fast ? cuMemcpyHtoD_v2(base + off, buf, k) : fgrStateWrite(base + off, k, buf);
-            *total += r == CUDA_SUCCESS ? k : 0;
-            if (r != CUDA_SUCCESS) {
-                snprintf(why, nwhy, "copying device memory at 0x%llx failed (error %d)",
-                         (unsigned long long)(base + off), (int)r);
-                return -1;
-            }
-        }
+        if (ahead ? copy_changed(base, size, old, buf, total, why, nwhy)
+                  : copy_bytes(base, size, old, buf, total, why, nwhy))
+            return -1;
     }
     return 0;
 }
@@ -176,7 +221,7 @@ int fgr_state_remake(const char *to, struct fgr_conn_saved *made, struct fgr_rem
             snprintf(why, nwhy, "%s", fgr_same_gpus(&made->srv, &fgr_srv));
         else if ((m->at[1] = (unsigned)ms_since(&t0), fgr_state_load(state, n, why, nwhy) == 0) &&
                  (m->at[2] = (unsigned)ms_since(&t0),
-                  fgr_state_copy(ranges, nranges, made, buf, &m->bytes, &m->pulled, why, nwhy) == 0))
+                  fgr_state_copy(ranges, nranges, made, buf, 0, &m->bytes, &m->pulled, why, nwhy) == 0))
             done = 1;
     }
     free(state);
@@ -212,10 +257,10 @@ static void move_ended(int moved, struct fgr_conn_saved *made, const struct fgr_
                      moving_tries);
         if (steps == 2)
             fgr_say("moved to the GPU server %s (in two steps%s: the program paused %u ms, %u to start it and %u to end it; "
-                    "%.1f MiB of device memory copied, %.1f MiB of it device to device, and %.1f MiB of state; at %u ms "
+                    "%.1f MiB of device memory copied, %.1f MiB of it device to device, and %.1f MiB of state%s; at %u ms "
                     "the state was read, at %u the target reached)",
                     to, again, m->ms, m->ms - m->at[2], m->at[2], m->bytes / 1048576.0, m->pulled / 1048576.0,
-                    m->state / 1048576.0, m->at[0], m->at[1]);
+                    m->state / 1048576.0, fgr_ahead_said(m), m->at[0], m->at[1]);
         else
             fgr_say("moved to the GPU server %s (%s%sthe program paused %u ms; %.1f MiB of device memory copied, %.1f "
                     "MiB of it device to device, and %.1f MiB of state; at %u ms the state was read, at %u the target "
@@ -241,7 +286,7 @@ static void move_now(const char *to, unsigned before)
 
 /* A move under way in two steps (ahead.c): the first made when asked,
  * the second once the new executor holds the structure. */
-static struct fgr_ahead moving = {.conn = {.fd = -1}};
+static struct fgr_ahead moving = {.conn = {.fd = -1}, .helper = {.fd = -1}};
 static char *moving_to;
 
 void fgr_move(const char *to)

@@ -4949,6 +4949,51 @@ FGR_EXPORT CUresult fgrStatePull(const void *token, CUdeviceptr dst, size_t n)
     return fgr_end(&fgr_c);
 }
 
+FGR_EXPORT CUresult fgrStateShareRead(const void *token, unsigned long long offset, unsigned long long n, void *dst)
+{
+    CUresult fgr_r;
+    uint64_t n_token = token ? fgr_mul((uint64_t)(64), 1) : 0;
+    if (n_token > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrStateShareRead", "a buffer over the frame limit");
+    uint64_t n_dst = dst ? fgr_mul((uint64_t)(fgr_min(n,FGR_STATE_PIECE)), 1) : 0;
+    if (n_dst > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrStateShareRead", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrStateShareRead, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)offset);
+    fgr_put_u64(&fgr_c.w, (uint64_t)n);
+    fgr_put_buf(&fgr_c.w, token, n_token);
+    fgr_put_u8(&fgr_c.w, dst != NULL);
+    fgr_c.direct = dst;
+    fgr_c.direct_n = n_dst;
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, dst, n_dst, 0);
+    return fgr_end(&fgr_c);
+}
+
+FGR_EXPORT CUresult fgrStateSums(CUdeviceptr p, size_t n, unsigned int nsums, unsigned long long *sums)
+{
+    CUresult fgr_r;
+    uint64_t n_sums = sums ? fgr_mul((uint64_t)(fgr_min(nsums,FGR_MAX_SUMS)), sizeof(unsigned long long)) : 0;
+    if (n_sums > FGR_MAX_BUF)
+        return fgr_unsupported(-1, "fgrStateSums", "a buffer over the frame limit");
+    struct fgr_call fgr_c;
+    if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrStateSums, 0)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_put_u64(&fgr_c.w, (uint64_t)p);
+    fgr_put_u64(&fgr_c.w, (uint64_t)n);
+    fgr_put_u64(&fgr_c.w, (uint64_t)nsums);
+    fgr_put_u8(&fgr_c.w, sums != NULL);
+    fgr_c.direct = sums;
+    fgr_c.direct_n = n_sums;
+    if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
+        return fgr_r;
+    fgr_get_out(&fgr_c, sums, n_sums, 0);
+    return fgr_end(&fgr_c);
+}
+
 FGR_EXPORT CUresult fgrStateAlias(CUdeviceptr old, size_t n, CUdeviceptr now)
 {
     CUresult fgr_r;
@@ -8092,6 +8137,8 @@ const char *const fgr_op_names[FGR_NUM_OPS] = {
     [FGR_OP_fgrStateDone] = "fgrStateDone",
     [FGR_OP_fgrStateShare] = "fgrStateShare",
     [FGR_OP_fgrStatePull] = "fgrStatePull",
+    [FGR_OP_fgrStateShareRead] = "fgrStateShareRead",
+    [FGR_OP_fgrStateSums] = "fgrStateSums",
     [FGR_OP_fgrStateAlias] = "fgrStateAlias",
     [FGR_OP_fgrStateMark] = "fgrStateMark",
     [FGR_OP_fgrHostFn] = "fgrHostFn",
@@ -8665,6 +8712,8 @@ const struct fg_proc fgr_procs[] = {
     {"fgrStateDone", "fgrStateDone", 0, 0, (void *)fgrStateDone},
     {"fgrStateShare", "fgrStateShare", 0, 0, (void *)fgrStateShare},
     {"fgrStatePull", "fgrStatePull", 0, 0, (void *)fgrStatePull},
+    {"fgrStateShareRead", "fgrStateShareRead", 0, 0, (void *)fgrStateShareRead},
+    {"fgrStateSums", "fgrStateSums", 0, 0, (void *)fgrStateSums},
     {"fgrStateAlias", "fgrStateAlias", 0, 0, (void *)fgrStateAlias},
     {"fgrStateMark", "fgrStateMark", 0, 0, (void *)fgrStateMark},
     {"fgrHostFn", "fgrHostFn", 0, 0, (void *)fgrHostFn},

@@ -291,6 +291,8 @@ typedef CUresult (*pfn_fgrStateWrite)(CUdeviceptr p, size_t n, const void *src);
 typedef CUresult (*pfn_fgrStateDone)(unsigned int moved, unsigned int ms, const char *note);
 typedef CUresult (*pfn_fgrStateShare)(CUdeviceptr p, size_t n, void *token);
 typedef CUresult (*pfn_fgrStatePull)(const void *token, CUdeviceptr dst, size_t n);
+typedef CUresult (*pfn_fgrStateShareRead)(const void *token, unsigned long long offset, unsigned long long n, void *dst);
+typedef CUresult (*pfn_fgrStateSums)(CUdeviceptr p, size_t n, unsigned int nsums, unsigned long long *sums);
 typedef CUresult (*pfn_fgrStateAlias)(CUdeviceptr old, size_t n, CUdeviceptr now);
 typedef CUresult (*pfn_fgrStateMark)(unsigned long long *generation);
 typedef CUresult (*pfn_fgrHostFn)(CUstream hStream, unsigned long long id, unsigned int pt);
@@ -6461,6 +6463,52 @@ static CUresult op_fgrStatePull(struct fgr_rd *rd, struct fgr_req *q)
     return fgr_r;
 }
 
+static CUresult op_fgrStateShareRead(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    unsigned long long offset = (unsigned long long)fgr_get_u64(rd);
+    unsigned long long n = (unsigned long long)fgr_get_u64(rd);
+    void *token = fgr_get_buf(rd, q, fgr_mul((uint64_t)(64), 1), 0);
+    int has_dst = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    void *dst = NULL;
+    const uint64_t fgr_n_dst = fgr_mul((uint64_t)(fgr_min(n,FGR_STATE_PIECE)), 1);
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(!has_dst || fgr_mul((uint64_t)(fgr_min(n,FGR_STATE_PIECE)), 1) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrStateShareRead", "dst", fgr_mul((uint64_t)(fgr_min(n,FGR_STATE_PIECE)), 1), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_dst && !(dst = fgr_out(q, fgr_n_dst)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrStateShareRead)fgr_real[FGR_OP_fgrStateShareRead])(token, offset, n, dst);
+    if (has_dst)
+        fgr_reply_out(q, dst, fgr_n_dst, 0, fgr_r);
+    return fgr_r;
+}
+
+static CUresult op_fgrStateSums(struct fgr_rd *rd, struct fgr_req *q)
+{
+    (void)q;
+    CUdeviceptr p = (CUdeviceptr)fgr_moved(fgr_get_u64(rd));
+    size_t n = (size_t)fgr_get_u64(rd);
+    unsigned int nsums = (unsigned int)fgr_get_u64(rd);
+    int has_sums = fgr_get_u8(rd);
+    if (!fgr_rd_done(rd))
+        return FGR_BAD_FRAME;
+    unsigned long long *sums = NULL;
+    const uint64_t fgr_n_sums = fgr_mul((uint64_t)(fgr_min(nsums,FGR_MAX_SUMS)), sizeof(unsigned long long));
+    CUresult fgr_r = CUDA_SUCCESS;
+    if (!(!has_sums || fgr_mul((uint64_t)(fgr_min(nsums,FGR_MAX_SUMS)), sizeof(unsigned long long)) <= FGR_SMALL_FRAME))
+        fgr_r = fgr_refuse_size("fgrStateSums", "sums", fgr_mul((uint64_t)(fgr_min(nsums,FGR_MAX_SUMS)), sizeof(unsigned long long)), CUDA_ERROR_INVALID_VALUE);
+    if (fgr_r == CUDA_SUCCESS && has_sums && !(sums = fgr_out(q, fgr_n_sums)))
+        return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS)
+        fgr_r = ((pfn_fgrStateSums)fgr_real[FGR_OP_fgrStateSums])(p, n, nsums, sums);
+    if (has_sums)
+        fgr_reply_out(q, sums, fgr_n_sums, 0, fgr_r);
+    return fgr_r;
+}
+
 static CUresult op_fgrStateAlias(struct fgr_rd *rd, struct fgr_req *q)
 {
     (void)q;
@@ -9903,6 +9951,8 @@ const struct fgr_op_desc fgr_ops[FGR_NUM_OPS] = {
     [FGR_OP_fgrStateDone] = {"fgrStateDone", op_fgrStateDone, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrStateShare] = {"fgrStateShare", op_fgrStateShare, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrStatePull] = {"fgrStatePull", op_fgrStatePull, 0, FGR_MAX_FRAME},
+    [FGR_OP_fgrStateShareRead] = {"fgrStateShareRead", op_fgrStateShareRead, 0, FGR_MAX_FRAME},
+    [FGR_OP_fgrStateSums] = {"fgrStateSums", op_fgrStateSums, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrStateAlias] = {"fgrStateAlias", op_fgrStateAlias, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrStateMark] = {"fgrStateMark", op_fgrStateMark, 0, FGR_SMALL_FRAME},
     [FGR_OP_fgrHostFn] = {"fgrHostFn", op_fgrHostFn, 0, FGR_SMALL_FRAME},

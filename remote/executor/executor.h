@@ -435,6 +435,13 @@ void fgr_moved_settle(void);
 /* Moving to another server (move.c): the operations, and the server's
  * control socket (--control-fd), read when it rang (SIGUSR2). */
 void fgr_move_init(void *driver, int control_fd, CUresult (*replay)(const uint8_t *, uint32_t));
+/* A context of the connection made current when none is (a copy needs
+ * one): whether one was pushed, to pop with fgr_context_done. */
+int fgr_some_context(void);
+void fgr_context_done(int pushed);
+/* Device memory copied ahead of a move between hosts (ahead.c): its
+ * operations. */
+void fgr_ahead_init(void *driver);
 void fgr_move_poll(int (*write)(const void *, size_t));
 
 /* Serves one request (its header read, rd at its arguments) into w, a whole

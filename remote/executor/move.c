@@ -248,9 +248,7 @@ static CUresult state_load(unsigned long long total, unsigned int *ok, unsigned 
     return CUDA_SUCCESS;
 }
 
-/* A context of the connection made current when none is (a copy needs
- * one): whether one was pushed, to pop. */
-static int some_context(void)
+int fgr_some_context(void)
 {
     CUcontext c = NULL;
     uint64_t any = 0;
@@ -258,7 +256,7 @@ static int some_context(void)
     return !c && fgr_contexts(&any, 1) && d.push((CUcontext)(uintptr_t)any) == CUDA_SUCCESS;
 }
 
-static void context_done(int pushed)
+void fgr_context_done(int pushed)
 {
     CUcontext was;
     if (pushed)
@@ -269,17 +267,25 @@ static CUresult copy(CUdeviceptr p, size_t n, void *to, const void *from)
 {
     if (n > FGR_STATE_PIECE || !fgr_mem_in(p, n) || (!to && !from))
         return CUDA_ERROR_INVALID_VALUE;
-    int pushed = some_context();
+    int pushed = fgr_some_context();
     CUresult r = to ? d.dtoh(to, p, n) : d.htod(p, from, n);
-    context_done(pushed);
+    fgr_context_done(pushed);
     return r;
 }
 
 /* The pages a token of another executor of this host names, mapped here
- * for as long as the copy into dst takes. */
+ * for as long as the copy into dst takes (n 0: only whether they can be
+ * reached from here). */
 static CUresult state_pull(const void *token, CUdeviceptr dst, size_t n)
 {
     uint64_t size, off, len;
+    if (token && !n) {
+        int fd = fgr_ipc_fetch(token, &size, &off, &len);
+        if (fd < 0)
+            return CUDA_ERROR_NOT_FOUND;
+        close(fd);
+        return CUDA_SUCCESS;
+    }
     dst = fgr_moved(dst);
     if (!token || !n || !fgr_mem_in(dst, n))
         return CUDA_ERROR_INVALID_VALUE;
@@ -292,7 +298,7 @@ static CUresult state_pull(const void *token, CUdeviceptr dst, size_t n)
     close(fd);
     if (r != CUDA_SUCCESS)
         return r;
-    int pushed = some_context();
+    int pushed = fgr_some_context();
     CUdeviceptr va = 0;
     CUdevice dev = 0;
     if ((r = d.reserve(&va, size, 0, 0, 0)) == CUDA_SUCCESS) {
@@ -309,7 +315,7 @@ static CUresult state_pull(const void *token, CUdeviceptr dst, size_t n)
         d.addr_free(va, size);
     }
     d.release(h);
-    context_done(pushed);
+    fgr_context_done(pushed);
     return r;
 }
 
@@ -378,6 +384,7 @@ void fgr_move_init(void *driver, int control_fd, CUresult (*replay_fn)(const uin
     *(void **)&d.dtod = dlsym(driver, "cuMemcpyDtoD_v2");
     *(void **)&d.record = dlsym(driver, "cuEventRecord");
     replay = replay_fn;
+    fgr_ahead_init(driver);
     if (!d.sync || !d.push || !d.pop || !d.getcur || !d.dtoh || !d.htod)
         return; /* the operations stay unsupported */
     fgr_real[FGR_OP_fgrStateSave] = (void *)state_save;

@@ -1,6 +1,6 @@
 /* A program that keeps changing device memory and checking it, to be moved
  * between servers while it runs (flexgv migrate):
- *     mover STEPS [HOLD_AT[,HOLD_AT...] READY GO [busy][,grow][,pool][,hostfn][,many]]
+ *     mover STEPS [HOLD_AT[,HOLD_AT...] READY GO [busy][,grow][,pool][,hostfn][,many][,churn]]
  * Each step adds the step's number to every word of a buffer and of a
  * module variable (a kernel launched on a stream), and to another buffer
  * twice the last odd step's (an explicit graph's kernel node, in a child
@@ -22,7 +22,9 @@
  * threshold kept and the step's allocation in it; "hostfn" enqueues a host function and launches a graph of a host node
  * each step, and checks that each ran once a step; "many" makes MANY small
  * allocations more, each filled with its own value and checked each step
- * (a state of many device ranges). It
+ * (a state of many device ranges); "churn" makes a buffer first and 64 MiB
+ * more, and while held adds 1 to each word of the first every millisecond
+ * (a kernel), checking both at each step (not in the sums printed). It
  * prints each check's sum, so a moved run's output equals an unmoved one's.
  */
 #include "common.h"
@@ -61,12 +63,26 @@ static int words_are(int step, const char *what, CUdeviceptr p, unsigned n, unsi
 
 static void tick(void *p) { (*(unsigned *)p)++; }
 
+/* A buffer kernels change while the mover is held, and how often they did. */
+static struct {
+    CUfunction add;
+    CUdeviceptr p;
+    unsigned n, times;
+} churn;
+
 /* Waits for the file at path, asking s about its work meanwhile if busy,
- * an event made and destroyed around each question if grow. */
+ * an event made and destroyed around each question if grow, adding 1 to
+ * the churned buffer before each if there is one. */
 static void wait_for(const char *path, int busy, int grow, CUstream s)
 {
     struct stat st;
     while (stat(path, &st) != 0) {
+        if (churn.p) {
+            unsigned one = 1;
+            void *pc[] = {&churn.p, &one, &churn.n};
+            CHECK(cuLaunchKernel(churn.add, 1, 1, 1, 256, 1, 1, 0, s, pc, NULL));
+            churn.times++;
+        }
         CUevent ev = NULL;
         if (grow) /* between any two questions, what a move makes again changes */
             CHECK(cuEventCreate(&ev, 0));
@@ -76,7 +92,7 @@ static void wait_for(const char *path, int busy, int grow, CUstream s)
         }
         if (grow)
             CHECK(cuEventDestroy_v2(ev));
-        usleep(10000);
+        usleep(churn.p ? 1000 : 10000);
     }
 }
 
@@ -97,6 +113,7 @@ int main(int argc, char **argv)
     int grow = argc > 5 && strstr(argv[5], "grow");
     int hostfn = argc > 5 && strstr(argv[5], "hostfn");
     int many = argc > 5 && strstr(argv[5], "many");
+    int churned = argc > 5 && strstr(argv[5], "churn");
     CUcontext ctx = primary_context();
     (void)ctx;
     /* A module and function made and gone first: what moves is named as
@@ -117,6 +134,18 @@ int main(int argc, char **argv)
     size_t counter_bytes;
     unsigned cwords = 1024;
     CHECK(cuModuleGetGlobal_v2(&counter, &counter_bytes, mod, "counter"));
+    /* The churned buffer first (read first when copied ahead), the
+     * ballast after. */
+    enum { CHURNW = 1 << 18, BIGW = 1 << 24 };
+    CUdeviceptr big = 0;
+    if (churned) {
+        CHECK(cuMemAlloc_v2(&churn.p, CHURNW * 4));
+        CHECK(cuMemsetD32_v2(churn.p, 0, CHURNW));
+        CHECK(cuMemAlloc_v2(&big, BIGW * 4));
+        CHECK(cuMemsetD32_v2(big, 7, BIGW));
+        churn.add = add;
+        churn.n = CHURNW;
+    }
     CUstream s;
     CUevent ev;
     CHECK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
@@ -290,6 +319,12 @@ int main(int argc, char **argv)
         for (unsigned k = 0; many && k < MANY; k++)
             if (!words_are(step, "small", smalls[k], MANYW, 50000 + k, host, &sum))
                 return 1;
+        uint64_t unsummed = 0;
+        unsigned *bighost = churned ? malloc((size_t)BIGW * 4) : NULL;
+        if (churned && (!words_are(step, "churned", churn.p, CHURNW, churn.times, host, &unsummed) ||
+                        !words_are(step, "ballast", big, BIGW, 7, bighost, &unsummed)))
+            return 1;
+        free(bighost);
         if (pooled) {
             CUmemoryPool now;
             cuuint64_t t = 0, used = 0;

@@ -132,7 +132,12 @@ type heldFailover struct {
 
 func startHeldFailover(t *testing.T, e *env, mode string) heldFailover {
 	t.Helper()
-	h := heldFailover{a: e.serveNamed("a", "unix"), b: e.serveNamed("b", "unix"), ready: filepath.Join(e.dir, "ready")}
+	return startHeldFailoverOn(t, e, e.serveNamed("a", "unix"), e.serveNamed("b", "unix"), mode)
+}
+
+func startHeldFailoverOn(t *testing.T, e *env, a, b *server, mode string) heldFailover {
+	t.Helper()
+	h := heldFailover{a: a, b: b, ready: filepath.Join(e.dir, "ready")}
 	prefix := []string{bin("flexgv"), "run", "--remote", h.a.addr, "--failover", h.b.addr, "--checkpoint-every", "1ms", "--"}
 	h.cmd, h.out, h.errb, h.goOn = startHeldAt(t, e, "2,4", prefix, append(e.environ(""), "FLEXGV_REMOTE_LOG=errors"), mode)
 	h.said = func(want string) {
@@ -645,5 +650,31 @@ func TestRemoteFailoverCheckpointsOfManyRanges(t *testing.T) {
 	endsWithin(t, cmd, 60*time.Second, "its server was killed", errb.String)
 	if code := cmd.ProcessState.ExitCode(); code != 0 || out.String() != local.stdout || !strings.Contains(errb.String(), "going on at "+b.addr) {
 		t.Errorf("the program: exit %d\n%s\nwant\n%s\n%s", code, out.String(), local.stdout, errb.String())
+	}
+}
+
+// A failover server on another host (a network namespace of its own): the
+// checkpoints' device memory is copied ahead while the program runs, and
+// at each second pause only what changed since; the program, whose first
+// buffer a kernel keeps changing while held, goes on there from one once
+// its server is killed, with every byte right.
+func TestRemoteFailoverBetweenHosts(t *testing.T) {
+	e := newEnv(t)
+	local := runsLocally(t, e, []string{"mover", "6", "0", "-", "-", "churn"}, "done")
+	h := startHeldFailoverOn(t, e, e.serveNamed("a", "unix"), e.serveApart("b", "unix"), "busy,churn")
+	a, b, cmd, out, errb, goOn := h.a, h.b, h.cmd, h.out, h.errb, h.goOn
+	h.said("MiB copied before, while the program ran)")
+	os.WriteFile(goOn, nil, 0o644)
+	heldAgain(t, goOn, h.ready, errb)
+	a.cmd.Process.Signal(syscall.SIGKILL)
+	a.cmd.Wait()
+	os.WriteFile(goOn, nil, 0o644)
+	endsWithin(t, cmd, 60*time.Second, "its server was killed", errb.String)
+	if code := cmd.ProcessState.ExitCode(); code != 0 || out.String() != local.stdout || !strings.Contains(errb.String(), "going on at "+b.addr) {
+		t.Errorf("the program: exit %d\n%s\nwant\n%s\n%s", code, out.String(), local.stdout, errb.String())
+	}
+	if regexp.MustCompile(`MiB of it device to device, [\d.]+ MiB of state; [\d.]+ MiB copied before`).FindString(errb.String()) == "" ||
+		strings.Contains(errb.String(), "MiB of device memory, 67.4 MiB of it device to device") {
+		t.Errorf("no checkpoint copied ahead, or one device to device:\n%s", errb.String())
 	}
 }

@@ -654,3 +654,38 @@ func TestRemoteMigrateTargetRunsOut(t *testing.T) {
 		t.Errorf("moved %d times, stayed %d times: want both among these seeds", moved, stayed)
 	}
 }
+
+// A move between hosts (the target server in a network namespace of its
+// own, so its executors cannot reach the old one's pages): the device
+// memory is copied ahead while the program runs, through another
+// connection to the old server, and at the second pause only the blocks
+// whose sums changed since are copied again. The program, whose first
+// buffer a kernel keeps changing while it is held, ends with every byte
+// right and the output of a run that never moved.
+func TestRemoteMigrateBetweenHosts(t *testing.T) {
+	e := newEnv(t)
+	local := runsLocally(t, e, []string{"mover", "6", "0", "-", "-", "churn"}, "done")
+	a, b := e.serveNamed("a", "unix"), e.serveApart("b", "unix")
+	m, p := moverRunAs(t, e, "busy,churn", a, b)
+	if m.code != 0 || !strings.Contains(m.stdout, "moved to "+b.addr) {
+		t.Errorf("flexgv migrate: exit %d\n%s%s", m.code, m.stdout, m.stderr)
+	}
+	if p.code != 0 || p.stdout != local.stdout {
+		t.Errorf("the moved program: exit %d\n%s\nwant\n%s\n%s", p.code, p.stdout, local.stdout, p.stderr)
+	}
+	said := regexp.MustCompile(`moved to the GPU server \S+ \(in two steps: [^;]*; ([\d.]+) MiB of device memory copied, ([\d.]+) MiB of it device to device, and [\d.]+ MiB of state; ([\d.]+) MiB copied before, while the program ran`).FindStringSubmatch(p.stderr)
+	if said == nil {
+		t.Fatalf("the program did not say it moved with its memory copied ahead:\n%s", p.stderr)
+	}
+	// 66.4 MiB ahead; at the pause, what changed since (the churned 1 MiB
+	// at most, and pieces of what the executors place themselves).
+	paused, pulled, ahead := said[1], said[2], said[3]
+	if pulled != "0.0" || ahead < "66" || len(ahead) < 4 {
+		t.Errorf("copied at the pause %s MiB, device to device %s MiB, ahead %s MiB:\n%s", paused, pulled, ahead, p.stderr)
+	}
+	var pausedMiB float64
+	fmt.Sscan(paused, &pausedMiB)
+	if pausedMiB > 4 {
+		t.Errorf("%s MiB copied at the pause: more than what changed meanwhile\n%s", paused, p.stderr)
+	}
+}

@@ -88,6 +88,23 @@ func (e *env) serveRunningOut(name string, seed int) *server {
 // first).
 func (e *env) serveNamed(name, transport string, extra ...string) *server {
 	e.t.Helper()
+	return e.serveIn(nil, name, transport, extra...)
+}
+
+// serveApart is serveNamed with the server in a network namespace of its
+// own: its executors cannot reach this host's others' (IPC between
+// executors goes over abstract sockets), as if on another host. The test
+// is skipped where no namespace can be made.
+func (e *env) serveApart(name, transport string, extra ...string) *server {
+	e.t.Helper()
+	if err := exec.Command("unshare", "--net", "true").Run(); err != nil {
+		e.t.Skipf("no network namespace here (unshare --net: %v)", err)
+	}
+	return e.serveIn(&syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET}, name, transport, extra...)
+}
+
+func (e *env) serveIn(attr *syscall.SysProcAttr, name, transport string, extra ...string) *server {
+	e.t.Helper()
 	var addr string
 	switch transport {
 	case "unix", "shm": // shm: the same socket, dialled as shm://
@@ -116,6 +133,7 @@ func (e *env) serveNamed(name, transport string, extra ...string) *server {
 	s := &server{t: e.t, addr: addr}
 	s.cmd = exec.Command(bin("flexgv"), append([]string{"serve", "--listen", addr}, extra...)...)
 	s.cmd.Env = e.environ(filepath.Join(build, "sim"))
+	s.cmd.SysProcAttr = attr
 	logf, err := os.CreateTemp(e.dir, name+"-*.log") // a server restarted under the same name logs anew
 	if err != nil {
 		e.t.Fatal(err)
