@@ -115,18 +115,17 @@ static void copy_ahead(struct fgr_ahead *a, struct fgr_buf *w)
             /* Answer: u8 1, u64 k, the bytes. */
             ok = !w->oom && call_on(&a->helper, w->p, w->len, &ans, &n, FGR_STATE_PIECE + 64, why, sizeof why) == 0 &&
                  n == 9 + k && fgr_word(ans + 1, 8) == k;
-            for (uint64_t at = 0; ok && at < k; at += FGR_STATE_PIECE) {
-                uint64_t part = k - at < FGR_STATE_PIECE ? k - at : FGR_STATE_PIECE;
-                uint8_t *wa = NULL;
-                uint32_t wn = 0;
+            uint8_t *wa = NULL;
+            uint32_t wn = 0;
+            if (ok) {
                 begin(w, FGR_OP_fgrStateWrite);
-                fgr_put_u64(w, base + off + at);
-                fgr_put_u64(w, part);
-                fgr_put_buf(w, ans + 9 + at, part);
+                fgr_put_u64(w, base + off);
+                fgr_put_u64(w, k);
+                fgr_put_buf(w, ans + 9, k);
                 fgr_finish_frame(w);
                 ok = !w->oom && call_on(&a->conn, w->p, w->len, &wa, &wn, 64, why, sizeof why) == 0;
-                free(wa);
             }
+            free(wa);
             free(ans);
             copied += ok ? k : 0;
         }
