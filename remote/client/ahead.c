@@ -87,9 +87,11 @@ static void begin(struct fgr_buf *w, unsigned op)
     fgr_put_u64(w, 0);
 }
 
-/* Between hosts, while the program runs: each range's bytes read on the
- * old server (the helper connection, by the range's token) and written to
- * the new executor. Whatever fails, the second pause copies it all. */
+/* Each range's bytes of the checkpoint before, copied by the new executor
+ * device to device from the one that holds it (pull) or read on the old
+ * server (the helper connection, by the range's token) and written to the
+ * new executor, while the program runs. Whatever fails, the second pause
+ * copies it all. */
 static void copy_ahead(struct fgr_ahead *a, struct fgr_buf *w)
 {
     char why[256];
@@ -102,6 +104,19 @@ static void copy_ahead(struct fgr_ahead *a, struct fgr_buf *w)
         uint64_t base = fgr_word(ranges + 16 * i, 8), size = fgr_word(ranges + 16 * i + 8, 8);
         if (!memcmp(a->tokens + 64 * i, none, 64))
             continue;
+        if (a->pull) {
+            uint8_t *ans = NULL;
+            uint32_t n = 0;
+            begin(w, FGR_OP_fgrStatePull);
+            fgr_put_u64(w, base);
+            fgr_put_u64(w, size);
+            fgr_put_buf(w, a->tokens + 64 * i, 64);
+            fgr_finish_frame(w);
+            ok = !w->oom && call_on(&a->conn, w->p, w->len, &ans, &n, 64, why, sizeof why) == 0;
+            free(ans);
+            copied += ok ? size : 0;
+            continue;
+        }
         for (uint64_t off = 0; ok && off < size; off += FGR_STATE_PIECE) {
             uint64_t k = size - off < FGR_STATE_PIECE ? size - off : FGR_STATE_PIECE;
             uint8_t *ans = NULL;
@@ -131,6 +146,7 @@ static void copy_ahead(struct fgr_ahead *a, struct fgr_buf *w)
         }
     }
     a->m.ahead = ok ? copied : 0;
+    a->m.ahead_pulled = ok && a->pull;
     a->copied = ok;
 }
 
@@ -185,10 +201,6 @@ static void *loader(void *arg)
     return NULL;
 }
 
-/* Whether the target reaches the old executor's pages (then they move
- * device to device at the second pause) or not, as between hosts: then
- * each range's token and another connection to the old server, for the
- * loader to copy them ahead. The program's connection current. */
 static CUresult reaches(struct fgr_ahead *a, const uint8_t *token)
 {
     /* Asked of the new executor, of no context yet: fgrStatePull(token, 0, 0). */
@@ -207,7 +219,14 @@ static CUresult reaches(struct fgr_ahead *a, const uint8_t *token)
     return r == 0 ? CUDA_SUCCESS : (CUresult)answered;
 }
 
-static void plan_copy(struct fgr_ahead *a, const uint8_t *ranges, uint32_t nranges)
+/* Whether the target reaches the old executor's pages (then they move
+ * device to device at the second pause) or not, as between hosts: then
+ * each range's token, for the loader to copy them ahead: of the
+ * target's executor that holds the checkpoint before (before: on a
+ * failover server; the loader has the new one copy from it, on that
+ * host), else of the old executor, read through another connection to
+ * the old server. The program's connection current. */
+static void plan_copy(struct fgr_ahead *a, const uint8_t *ranges, uint32_t nranges, struct fgr_conn_saved *before)
 {
     const char *from = fgr_conn_address();
     uint8_t *tokens = nranges ? calloc(nranges, 64) : NULL;
@@ -223,11 +242,22 @@ static void plan_copy(struct fgr_ahead *a, const uint8_t *ranges, uint32_t nrang
         shared = i + 1;
         r = reaches(a, tokens + 64 * i);
     }
-    for (uint32_t i = shared; r == CUDA_ERROR_NOT_FOUND && i < nranges; i++)
+    if (r == CUDA_ERROR_NOT_FOUND && before && before->fd >= 0) {
+        fgr_conn_swap(before);
+        for (uint32_t i = 0; i < nranges; i++)
+            if (fgrStateShare(fgr_word(ranges + 16 * i, 8), fgr_word(ranges + 16 * i + 8, 8), tokens + 64 * i) !=
+                CUDA_SUCCESS)
+                memset(tokens + 64 * i, 0, 64);
+        fgr_conn_swap(before);
+        a->pull = 1;
+        a->tokens = tokens;
+        tokens = NULL;
+    }
+    for (uint32_t i = shared; tokens && r == CUDA_ERROR_NOT_FOUND && i < nranges; i++)
         if (fgrStateShare(fgr_word(ranges + 16 * i, 8), fgr_word(ranges + 16 * i + 8, 8), tokens + 64 * i) !=
             CUDA_SUCCESS)
             memset(tokens + 64 * i, 0, 64);
-    if (r == CUDA_ERROR_NOT_FOUND && fgr_conn_dial(at, &a->helper) == 0) {
+    if (tokens && r == CUDA_ERROR_NOT_FOUND && fgr_conn_dial(at, &a->helper) == 0) {
         fgr_conn_swap(&a->helper); /* the program's current again */
         a->tokens = tokens;
         tokens = NULL;
@@ -236,7 +266,7 @@ static void plan_copy(struct fgr_ahead *a, const uint8_t *ranges, uint32_t nrang
     free(at);
 }
 
-int fgr_ahead_start(struct fgr_ahead *a, const char *to, char *why, size_t nwhy)
+int fgr_ahead_start(struct fgr_ahead *a, const char *to, struct fgr_conn_saved *before, char *why, size_t nwhy)
 {
     uint64_t t0 = now_ns();
     uint32_t nranges;
@@ -270,7 +300,7 @@ int fgr_ahead_start(struct fgr_ahead *a, const char *to, char *why, size_t nwhy)
         no = fgr_same_gpus(&a->conn.srv, &fgr_srv);
         fgr_conn_swap(&a->conn); /* the program's server current again */
         if (!no)
-            plan_copy(a, ranges, nranges);
+            plan_copy(a, ranges, nranges, before);
     }
     a->m.at[1] = ms_since(t0);
     if (!no && fgr_thread_start(loader, a, 0, "flexgv-remake") != 0)
@@ -296,7 +326,8 @@ const char *fgr_ahead_said(const struct fgr_remade *m)
     static __thread char s[96];
     if (!m->ahead)
         return "";
-    snprintf(s, sizeof s, "; %.1f MiB copied before, while the program ran", m->ahead / 1048576.0);
+    snprintf(s, sizeof s, "; %.1f MiB copied before, while the program ran%s", m->ahead / 1048576.0,
+             m->ahead_pulled ? ", from the checkpoint before on that server" : "");
     return s;
 }
 

@@ -329,11 +329,13 @@ const uint8_t *fgr_state_ranges(const uint8_t *state, uint64_t n, uint32_t *nran
 struct fgr_remade {
     uint64_t state, bytes, pulled; /* the state's bytes, device memory copied, of it device to device */
     uint64_t ahead;                /* device memory copied before, while the program ran (between hosts) */
+    int ahead_pulled;              /* that, from the target's checkpoint before, device to device there */
     unsigned ms, at[3];            /* ms it took; when the state was read, the target reached, the state made again */
 };
 int fgr_state_remake(const char *to, struct fgr_conn_saved *made, struct fgr_remade *m, char *why, size_t nwhy);
 /* The same in two steps (ahead.c), each with the program paused: start
- * (0; 1 when only one step can be made, to shm://; -1 having written why);
+ * (before: the target's connection that holds the checkpoint before, or
+ * NULL; 0; 1 when only one step can be made, to shm://; -1 having written why);
  * ready once the structure is made there; end (1 made: the new executor's
  * connection in a->conn; 0 not, having written why; -1 the structure
  * changed meanwhile: make it again). pause: the last step's ms. A
@@ -347,6 +349,7 @@ struct fgr_ahead {
      * range's token, with which the loader copies device memory ahead. */
     struct fgr_conn_saved helper;
     uint8_t *tokens;
+    int pull;   /* the tokens are of the target's checkpoint before (no helper) */
     int copied; /* the loader copied it all ahead */
     uint8_t *state;
     uint64_t n;
@@ -358,7 +361,7 @@ struct fgr_ahead {
     int claimed; /* the loader ended, or the program gave it up */
     char why[256];
 };
-int fgr_ahead_start(struct fgr_ahead *a, const char *to, char *why, size_t nwhy);
+int fgr_ahead_start(struct fgr_ahead *a, const char *to, struct fgr_conn_saved *before, char *why, size_t nwhy);
 int fgr_ahead_ready(const struct fgr_ahead *a);
 /* What was copied ahead, for a line that says what a move took ("" when
  * nothing was). */

@@ -499,7 +499,7 @@ void fgr_checkpoint(void)
         return;
     }
     if (have_standby && changed < tries) {
-        int r = fgr_ahead_start(&ahead, to, why, sizeof why);
+        int r = fgr_ahead_start(&ahead, to, &standby, why, sizeof why);
         paused(ahead.pause);
         if (overtaken(before, NULL))
             fgr_ahead_abandon(&ahead);

@@ -305,7 +305,7 @@ void fgr_move(const char *to)
     }
     moving_tries = 1;
     moving_paused = 0;
-    int r = fgr_ahead_start(&moving, to, why, sizeof why);
+    int r = fgr_ahead_start(&moving, to, NULL, why, sizeof why);
     if (r > 0) {
         move_now(to, 0);
     } else if (r < 0) {
@@ -338,7 +338,7 @@ void fgr_move_end(void)
         moving_paused += first + moving.pause;
         if (moving_tries < FGR_AHEAD_TRIES) {
             moving_tries++;
-            if ((again = fgr_ahead_start(&moving, to, why, sizeof why)) == 0) {
+            if ((again = fgr_ahead_start(&moving, to, NULL, why, sizeof why)) == 0) {
                 moving_to = to;
                 return;
             }
