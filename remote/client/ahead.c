@@ -27,21 +27,26 @@ static uint64_t now_ns(void)
 
 static unsigned ms_since(uint64_t t0) { return (unsigned)((now_ns() - t0) / 1000000u); }
 
-/* The result of the last answer call_on read. */
+/* The result of the last answer read. */
 static __thread uint32_t answered;
 
-/* One request on connection c and its answer (result, then what follows
- * in *a, *n, at most max bytes): 0, or -1 with why written. */
-static int call_on(struct fgr_conn_saved *c, const uint8_t *f, size_t fn, uint8_t **a, uint32_t *n, uint32_t max,
-                   char *why, size_t nwhy)
+/* A request on connection c: 0, or -1 with why written. */
+static int send_on(struct fgr_conn_saved *c, const uint8_t *f, size_t fn, char *why, size_t nwhy)
 {
-    answered = CUDA_ERROR_UNKNOWN;
-    void *tls = c->tls;
-    int fd = c->fd;
-    if (tls ? fgr_tls_write_all(tls, f, fn) : fgr_write_all(fd, f, fn)) {
+    if (c->tls ? fgr_tls_write_all(c->tls, f, fn) : fgr_write_all(c->fd, f, fn)) {
         snprintf(why, nwhy, "the server went away: %s", strerror(errno));
         return -1;
     }
+    return 0;
+}
+
+/* The next answer on connection c (its result, then what follows in *a,
+ * *n, at most max bytes): 0, or -1 with why written. */
+static int answer_on(struct fgr_conn_saved *c, uint8_t **a, uint32_t *n, uint32_t max, char *why, size_t nwhy)
+{
+    void *tls = c->tls;
+    int fd = c->fd;
+    answered = CUDA_ERROR_UNKNOWN;
     for (;;) {
         uint8_t h[8];
         if (tls ? fgr_tls_read_all(tls, h, 8) : fgr_read_all(fd, h, 8)) {
@@ -71,6 +76,12 @@ static int call_on(struct fgr_conn_saved *c, const uint8_t *f, size_t fn, uint8_
     }
 }
 
+static int call_on(struct fgr_conn_saved *c, const uint8_t *f, size_t fn, uint8_t **a, uint32_t *n, uint32_t max,
+                   char *why, size_t nwhy)
+{
+    return send_on(c, f, fn, why, nwhy) ? -1 : answer_on(c, a, n, max, why, nwhy);
+}
+
 static int loader_call(struct fgr_ahead *ahead, const uint8_t *f, size_t fn, uint8_t **a, uint32_t *n)
 {
     return call_on(&ahead->conn, f, fn, a, n, 1u << 20, ahead->why, sizeof ahead->why);
@@ -87,62 +98,88 @@ static void begin(struct fgr_buf *w, unsigned op)
     fgr_put_u64(w, 0);
 }
 
-/* Each range's bytes of the checkpoint before, copied by the new executor
- * device to device from the one that holds it (pull) or read on the old
- * server (the helper connection, by the range's token) and written to the
- * new executor, while the program runs. Whatever fails, the second pause
- * copies it all. */
+/* The next piece of the ranges that have a token after *p (i, off, k;
+ * k 0 before the first): whether there is one. */
+static int next_piece(const struct fgr_ahead *a, const uint8_t *ranges, uint32_t nranges, uint32_t *i, uint64_t *off,
+                      uint64_t *k)
+{
+    static const uint8_t none[64];
+    *off += *k;
+    for (; *i < nranges; (*i)++, *off = 0) {
+        uint64_t size = fgr_word(ranges + 16 * *i + 8, 8);
+        if (*off < size && memcmp(a->tokens + 64 * *i, none, 64)) {
+            *k = size - *off < FGR_STATE_PIECE ? size - *off : FGR_STATE_PIECE;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* Reads a piece on the old server (the helper connection, by its range's
+ * token): the request. */
+static int ask_piece(struct fgr_ahead *a, struct fgr_buf *w, uint32_t i, uint64_t off, uint64_t k, char *why,
+                     size_t nwhy)
+{
+    begin(w, FGR_OP_fgrStateShareRead);
+    fgr_put_u64(w, off);
+    fgr_put_u64(w, k);
+    fgr_put_buf(w, a->tokens + 64 * i, 64);
+    fgr_put_u8(w, 1);
+    fgr_finish_frame(w);
+    return w->oom ? -1 : send_on(&a->helper, w->p, w->len, why, nwhy);
+}
+
+/* Each range's bytes copied ahead, while the program runs: by the new
+ * executor device to device from the one that holds the checkpoint before
+ * (pull), or read on the old server and written to the new executor, the
+ * next piece asked for while one is written. Whatever fails, the second
+ * pause copies it all. */
 static void copy_ahead(struct fgr_ahead *a, struct fgr_buf *w)
 {
     char why[256];
-    uint32_t nranges = 0;
+    uint32_t nranges = 0, i = 0;
     const uint8_t *ranges = fgr_state_ranges(a->state, a->n, &nranges, why, sizeof why);
-    uint64_t copied = 0;
+    uint64_t copied = 0, off = 0, k = 0;
     int ok = ranges != NULL;
-    static const uint8_t none[64];
-    for (uint32_t i = 0; ok && i < nranges; i++) {
-        uint64_t base = fgr_word(ranges + 16 * i, 8), size = fgr_word(ranges + 16 * i + 8, 8);
-        if (!memcmp(a->tokens + 64 * i, none, 64))
-            continue;
-        if (a->pull) {
+    int more = ok && next_piece(a, ranges, nranges, &i, &off, &k);
+    if (a->pull) {
+        for (; ok && more; more = next_piece(a, ranges, nranges, &i, &off, &k)) {
+            uint64_t size = fgr_word(ranges + 16 * i + 8, 8);
             uint8_t *ans = NULL;
             uint32_t n = 0;
             begin(w, FGR_OP_fgrStatePull);
-            fgr_put_u64(w, base);
+            fgr_put_u64(w, fgr_word(ranges + 16 * i, 8));
             fgr_put_u64(w, size);
             fgr_put_buf(w, a->tokens + 64 * i, 64);
             fgr_finish_frame(w);
             ok = !w->oom && call_on(&a->conn, w->p, w->len, &ans, &n, 64, why, sizeof why) == 0;
             free(ans);
             copied += ok ? size : 0;
-            continue;
+            k = size - off; /* the whole range at once */
         }
-        for (uint64_t off = 0; ok && off < size; off += FGR_STATE_PIECE) {
-            uint64_t k = size - off < FGR_STATE_PIECE ? size - off : FGR_STATE_PIECE;
-            uint8_t *ans = NULL;
-            uint32_t n = 0;
-            begin(w, FGR_OP_fgrStateShareRead);
-            fgr_put_u64(w, off);
-            fgr_put_u64(w, k);
-            fgr_put_buf(w, a->tokens + 64 * i, 64);
-            fgr_put_u8(w, 1);
-            fgr_finish_frame(w);
+    } else {
+        ok = !more || ask_piece(a, w, i, off, k, why, sizeof why) == 0;
+        while (ok && more) {
+            uint8_t *ans = NULL, *wa = NULL;
+            uint32_t n = 0, wn = 0;
+            uint64_t at = fgr_word(ranges + 16 * i, 8) + off, got = k;
             /* Answer: u8 1, u64 k, the bytes. */
-            ok = !w->oom && call_on(&a->helper, w->p, w->len, &ans, &n, FGR_STATE_PIECE + 64, why, sizeof why) == 0 &&
-                 n == 9 + k && fgr_word(ans + 1, 8) == k;
-            uint8_t *wa = NULL;
-            uint32_t wn = 0;
+            ok = answer_on(&a->helper, &ans, &n, FGR_STATE_PIECE + 64, why, sizeof why) == 0 && n == 9 + got &&
+                 fgr_word(ans + 1, 8) == got;
+            more = ok && next_piece(a, ranges, nranges, &i, &off, &k);
+            if (ok && more)
+                ok = ask_piece(a, w, i, off, k, why, sizeof why) == 0;
             if (ok) {
                 begin(w, FGR_OP_fgrStateWrite);
-                fgr_put_u64(w, base + off);
-                fgr_put_u64(w, k);
-                fgr_put_buf(w, ans + 9, k);
+                fgr_put_u64(w, at);
+                fgr_put_u64(w, got);
+                fgr_put_buf(w, ans + 9, got);
                 fgr_finish_frame(w);
                 ok = !w->oom && call_on(&a->conn, w->p, w->len, &wa, &wn, 64, why, sizeof why) == 0;
             }
             free(wa);
             free(ans);
-            copied += ok ? k : 0;
+            copied += ok ? got : 0;
         }
     }
     a->m.ahead = ok ? copied : 0;
