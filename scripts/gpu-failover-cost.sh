@@ -28,12 +28,12 @@ sleep 2
 reaped() { # PID: the CPU seconds of the children it waited for
     awk -v hz="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); print ($14 + $15) / hz }' "/proc/$1/stat"
 }
-train() { # FLEXGV-RUN-FLAGS...: "TRAIN_S CLIENT_CPU_S A_CPU_S B_CPU_S" of the training
+train() { # FLEXGV-RUN-FLAGS...: "TRAIN_S CLIENT_CPU_S CLIENT_INSTRUCTIONS A_CPU_S B_CPU_S" of the training
     rm -f "$tmp/p"
     local a0 b0 t
     a0=$(reaped $apid) b0=$(reaped $bpid)
     t=$(FLEXGV_REMOTE_LOG=errors "$FLEXGV" run --remote "unix://$tmp/a.sock" "$@" -- python3 scripts/gpu/torch_suspend.py "$STEPS" 1 "$tmp/p" \
-        2>>"$OUT/failover_cost_client.log" | python3 -c 'import json,sys; j = json.load(sys.stdin); print(j["train_s"], j["train_cpu_s"])')
+        2>>"$OUT/failover_cost_client.log" | python3 -c 'import json,sys; j = json.load(sys.stdin); print(j["train_s"], j["train_cpu_s"], j["train_instructions"] or 0)')
     sleep 1 # the executors end once the program's connections close
     echo "$t $(awk -v a="$(reaped $apid)" -v a0="$a0" -v b="$(reaped $bpid)" -v b0="$b0" 'BEGIN { print a - a0, b - b0 }')"
 }
@@ -46,7 +46,10 @@ for r in $(seq "$ROUNDS"); do
         printf "round %d: plain %.2f s; failover, calls kept %.2f s (%.3f); failover, checkpoints every %s %.2f s (%.3f)\n",
             r, P[1], K[1], K[1] / P[1], ev, E[1], E[1] / P[1]
         printf "round %d, CPU us a step (client / executors of the server / of the failover server): plain %.0f / %.0f; calls kept %.0f / %.0f / %.0f; checkpoints %.0f / %.0f / %.0f\n",
-            r, P[2] * 1e6 / steps, P[3] * 1e6 / steps, K[2] * 1e6 / steps, K[3] * 1e6 / steps, K[4] * 1e6 / steps,
-            E[2] * 1e6 / steps, E[3] * 1e6 / steps, E[4] * 1e6 / steps }'
+            r, P[2] * 1e6 / steps, P[4] * 1e6 / steps, K[2] * 1e6 / steps, K[4] * 1e6 / steps, K[5] * 1e6 / steps,
+            E[2] * 1e6 / steps, E[4] * 1e6 / steps, E[5] * 1e6 / steps
+        if (P[3] > 0)
+            printf "round %d, the client'"'"'s instructions a step (thousands): plain %.0f; calls kept %.0f (%.4f); checkpoints %.0f (%.4f)\n",
+                r, P[3] / steps / 1e3, K[3] / steps / 1e3, K[3] / P[3], E[3] / steps / 1e3, E[3] / P[3] }'
 done
 grep -h "checkpoints on the failover" "$OUT/failover_cost_client.log" | tail -"$ROUNDS"

@@ -9,10 +9,14 @@ PROGRESS_FILE every 10 steps (TIME: time.time() once the step is done).
 Prints one JSON line: every step's loss as an exact hex float, whether the
 ballast still holds its pattern, the longest time between progress
 lines (a suspension shows there), the time from the first to the last
-and the CPU time this process (every thread) took meanwhile.
+and the CPU time and user-space instructions this process (every thread)
+took meanwhile (instructions null where the kernel counts none for it).
 """
+import ctypes
 import json
+import os
 import resource
+import struct
 import sys
 import time
 
@@ -23,8 +27,27 @@ from torch_train import setup  # this script's folder is on sys.path
 MIB = 1 << 20
 
 
+def instruction_counter():
+    """A counter of the user-space instructions of this process's threads,
+    those made from now on included (perf_event_open, inherited): a
+    function that reads it, or None."""
+    attr = bytearray(112)  # struct perf_event_attr, PERF_ATTR_SIZE_VER5
+    struct.pack_into("IIQ", attr, 0, 0, len(attr), 1)  # PERF_TYPE_HARDWARE, its size, PERF_COUNT_HW_INSTRUCTIONS
+    struct.pack_into("Q", attr, 40, (1 << 1) | (1 << 5) | (1 << 6))  # inherit, exclude_kernel, exclude_hv
+    buf = ctypes.create_string_buffer(bytes(attr), len(attr))
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    # perf_event_open(attr, this process, any CPU, no group, no flags)
+    fd = libc.syscall(ctypes.c_long(298), buf, *(ctypes.c_long(v) for v in (0, -1, -1, 0)))
+    if fd < 0:
+        return None
+    return lambda: struct.unpack("Q", os.read(fd, 8))[0]
+
+
 def main():
     steps, hold_gib, progress = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    count = instruction_counter()
+    insns = []
     dev = torch.device("cuda")
     model, opt, x, y, loss_fn = setup(dev)
     block = (torch.arange(MIB, device=dev) % 251).to(torch.uint8)
@@ -43,6 +66,8 @@ def main():
                 torch.cuda.synchronize()
                 stamps.append(time.time())
                 cpus.append(cpu_s())
+                if count:
+                    insns.append(count())
                 f.write(f"{i} {stamps[-1]:.6f}\n")
                 f.flush()
     torch.cuda.synchronize()
@@ -50,7 +75,8 @@ def main():
     gap = max((b - a for a, b in zip(stamps, stamps[1:])), default=0.0)
     print(json.dumps({"losses": [float(v).hex() for v in torch.stack(losses).tolist()], "ballast_intact": intact,
                       "ballast_bytes": ballast.numel(), "max_gap_s": gap,
-                      "train_s": stamps[-1] - stamps[0] if stamps else 0.0, "train_cpu_s": cpus[-1] - cpus[0] if cpus else 0.0}))
+                      "train_s": stamps[-1] - stamps[0] if stamps else 0.0, "train_cpu_s": cpus[-1] - cpus[0] if cpus else 0.0,
+                      "train_instructions": insns[-1] - insns[0] if insns else None}))
 
 
 def cpu_s():
