@@ -130,6 +130,23 @@ type heldFailover struct {
 	said        func(want string) // waits until the program said want
 }
 
+// finishAtFailover lets the held mover go on to its next hold, SIGKILLs
+// its server there and lets it go on: it must end at its failover server
+// with the output of a run never interrupted (local's).
+func (h heldFailover) finishAtFailover(t *testing.T, local result) {
+	t.Helper()
+	os.WriteFile(h.goOn, nil, 0o644)
+	heldAgain(t, h.goOn, h.ready, h.errb)
+	h.a.cmd.Process.Signal(syscall.SIGKILL)
+	h.a.cmd.Wait()
+	os.WriteFile(h.goOn, nil, 0o644)
+	endsWithin(t, h.cmd, 60*time.Second, "its server was killed", h.errb.String)
+	if code := h.cmd.ProcessState.ExitCode(); code != 0 || h.out.String() != local.stdout ||
+		!strings.Contains(h.errb.String(), "going on at "+h.b.addr) {
+		t.Errorf("the program: exit %d\n%s\nwant\n%s\n%s", code, h.out.String(), local.stdout, h.errb.String())
+	}
+}
+
 func startHeldFailover(t *testing.T, e *env, mode string) heldFailover {
 	t.Helper()
 	return startHeldFailoverOn(t, e, e.serveNamed("a", "unix"), e.serveNamed("b", "unix"), mode)
@@ -313,20 +330,11 @@ func TestRemoteFailoverChangingState(t *testing.T) {
 	e := newEnv(t)
 	local := runsLocally(t, e, []string{"mover", "6"}, "done")
 	h := startHeldFailover(t, e, "busy,grow")
-	a, b, cmd, out, errb, goOn := h.a, h.b, h.cmd, h.out, h.errb, h.goOn
 	// Held before step 2, with the checkpoints due at every call.
 	h.said("(in one step, after 3 in two steps the program's changes undid;")
 	// Then one attempt each, as long as none succeeds.
 	h.said("(in one step, after 1 in two steps the program's changes undid;")
-	os.WriteFile(goOn, nil, 0o644)
-	heldAgain(t, goOn, h.ready, errb)
-	a.cmd.Process.Signal(syscall.SIGKILL)
-	a.cmd.Wait()
-	os.WriteFile(goOn, nil, 0o644)
-	endsWithin(t, cmd, 60*time.Second, "its server was killed", errb.String)
-	if code := cmd.ProcessState.ExitCode(); code != 0 || out.String() != local.stdout || !strings.Contains(errb.String(), "going on at "+b.addr) {
-		t.Errorf("the program: exit %d\n%s\nwant\n%s\n%s", code, out.String(), local.stdout, errb.String())
-	}
+	h.finishAtFailover(t, local)
 }
 
 // The failover settings the program's library reads: a bad one is said and
@@ -628,29 +636,20 @@ func TestRemoteFailoverCheckpointsOfManyRanges(t *testing.T) {
 	e := newEnv(t)
 	local := runsLocally(t, e, []string{"mover", "6", "0", "-", "-", "many"}, "done")
 	h := startHeldFailover(t, e, "busy,many")
-	a, b, cmd, out, errb, goOn := h.a, h.b, h.cmd, h.out, h.errb, h.goOn
 	// 404 ranges a checkpoint: eight checkpoints export more handles than
 	// an executor keeps at once (1024).
 	h.said("checkpoint 8 on the failover server")
 	line := regexp.MustCompile(`checkpoint (\d+) on the failover server [^;]*;[^;]*; ([\d.]+) MiB of device memory, ([\d.]+) MiB of it device to device`)
-	seen := line.FindAllStringSubmatch(errb.String(), -1)
+	seen := line.FindAllStringSubmatch(h.errb.String(), -1)
 	for _, m := range seen {
 		if m[2] != m[3] || (m[1] != "1" && m[2] == "0.0") { // the first, at the first call, holds nothing
 			t.Errorf("checkpoint %s: %s MiB of device memory, %s MiB of it device to device", m[1], m[2], m[3])
 		}
 	}
 	if len(seen) < 8 {
-		t.Errorf("%d checkpoints said:\n%s", len(seen), errb.String())
+		t.Errorf("%d checkpoints said:\n%s", len(seen), h.errb.String())
 	}
-	os.WriteFile(goOn, nil, 0o644)
-	heldAgain(t, goOn, h.ready, errb)
-	a.cmd.Process.Signal(syscall.SIGKILL)
-	a.cmd.Wait()
-	os.WriteFile(goOn, nil, 0o644)
-	endsWithin(t, cmd, 60*time.Second, "its server was killed", errb.String)
-	if code := cmd.ProcessState.ExitCode(); code != 0 || out.String() != local.stdout || !strings.Contains(errb.String(), "going on at "+b.addr) {
-		t.Errorf("the program: exit %d\n%s\nwant\n%s\n%s", code, out.String(), local.stdout, errb.String())
-	}
+	h.finishAtFailover(t, local)
 }
 
 // A failover server on another host (a network namespace of its own): a
@@ -664,24 +663,15 @@ func TestRemoteFailoverBetweenHosts(t *testing.T) {
 	e := newEnv(t)
 	local := runsLocally(t, e, []string{"mover", "6", "0", "-", "-", "churn"}, "done")
 	h := startHeldFailoverOn(t, e, e.serveNamed("a", "unix"), e.serveApart("b", "unix"), "busy,churn")
-	a, b, cmd, out, errb, goOn := h.a, h.b, h.cmd, h.out, h.errb, h.goOn
 	h.said("MiB copied before, while the program ran, from the checkpoint before on that server)")
-	os.WriteFile(goOn, nil, 0o644)
-	heldAgain(t, goOn, h.ready, errb)
-	a.cmd.Process.Signal(syscall.SIGKILL)
-	a.cmd.Wait()
-	os.WriteFile(goOn, nil, 0o644)
-	endsWithin(t, cmd, 60*time.Second, "its server was killed", errb.String)
-	if code := cmd.ProcessState.ExitCode(); code != 0 || out.String() != local.stdout || !strings.Contains(errb.String(), "going on at "+b.addr) {
-		t.Errorf("the program: exit %d\n%s\nwant\n%s\n%s", code, out.String(), local.stdout, errb.String())
-	}
+	h.finishAtFailover(t, local)
 	// 67.4 MiB in all; at the pause the churned 1 MiB and what the
 	// executors place themselves (module variable, mapped memory).
-	for _, m := range regexp.MustCompile(`([\d.]+) MiB of device memory, ([\d.]+) MiB of it device to device, [\d.]+ MiB of state; ([\d.]+) MiB copied before, while the program ran, from the checkpoint before`).FindAllStringSubmatch(errb.String(), -1) {
+	for _, m := range regexp.MustCompile(`([\d.]+) MiB of device memory, ([\d.]+) MiB of it device to device, [\d.]+ MiB of state; ([\d.]+) MiB copied before, while the program ran, from the checkpoint before`).FindAllStringSubmatch(h.errb.String(), -1) {
 		var paused float64
 		fmt.Sscan(m[1], &paused)
 		if paused > 4 || m[2] != "0.0" || m[3] != "67.4" {
-			t.Errorf("a checkpoint copied %s MiB at its pause (%s device to device), %s ahead:\n%s", m[1], m[2], m[3], errb.String())
+			t.Errorf("a checkpoint copied %s MiB at its pause (%s device to device), %s ahead:\n%s", m[1], m[2], m[3], h.errb.String())
 		}
 	}
 }
