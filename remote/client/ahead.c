@@ -98,16 +98,15 @@ static void begin(struct fgr_buf *w, unsigned op)
     fgr_put_u64(w, 0);
 }
 
-/* The next piece of the ranges that have a token after *p (i, off, k;
- * k 0 before the first): whether there is one. */
+/* The next piece, after the one at *i, *off of *k bytes (k 0 before the
+ * first), of a range read on the old server: whether there is one. */
 static int next_piece(const struct fgr_ahead *a, const uint8_t *ranges, uint32_t nranges, uint32_t *i, uint64_t *off,
                       uint64_t *k)
 {
-    static const uint8_t none[64];
     *off += *k;
     for (; *i < nranges; (*i)++, *off = 0) {
         uint64_t size = fgr_word(ranges + 16 * *i + 8, 8);
-        if (*off < size && memcmp(a->tokens + 64 * *i, none, 64)) {
+        if (*off < size && a->from[*i] == FGR_AHEAD_READ) {
             *k = size - *off < FGR_STATE_PIECE ? size - *off : FGR_STATE_PIECE;
             return 1;
         }
@@ -130,60 +129,58 @@ static int ask_piece(struct fgr_ahead *a, struct fgr_buf *w, uint32_t i, uint64_
 }
 
 /* Each range's bytes copied ahead, while the program runs: by the new
- * executor device to device from the one that holds the checkpoint before
- * (pull), or read on the old server and written to the new executor, the
- * next piece asked for while one is written. Whatever fails, the second
- * pause copies it all. */
+ * executor device to device from the one that holds the checkpoint before,
+ * or read on the old server and written to the new executor, the next
+ * piece asked for while one is written. Whatever fails, the second pause
+ * copies it all. */
 static void copy_ahead(struct fgr_ahead *a, struct fgr_buf *w)
 {
     char why[256];
     uint32_t nranges = 0, i = 0;
     const uint8_t *ranges = fgr_state_ranges(a->state, a->n, &nranges, why, sizeof why);
-    uint64_t copied = 0, off = 0, k = 0;
+    uint64_t copied = 0, pulled = 0, off = 0, k = 0;
     int ok = ranges != NULL;
-    int more = ok && next_piece(a, ranges, nranges, &i, &off, &k);
-    if (a->pull) {
-        for (; ok && more; more = next_piece(a, ranges, nranges, &i, &off, &k)) {
-            uint64_t size = fgr_word(ranges + 16 * i + 8, 8);
-            uint8_t *ans = NULL;
-            uint32_t n = 0;
-            begin(w, FGR_OP_fgrStatePull);
-            fgr_put_u64(w, fgr_word(ranges + 16 * i, 8));
-            fgr_put_u64(w, size);
-            fgr_put_buf(w, a->tokens + 64 * i, 64);
-            fgr_finish_frame(w);
-            ok = !w->oom && call_on(&a->conn, w->p, w->len, &ans, &n, 64, why, sizeof why) == 0;
-            free(ans);
-            copied += ok ? size : 0;
-            k = size - off; /* the whole range at once */
-        }
-    } else {
-        ok = !more || ask_piece(a, w, i, off, k, why, sizeof why) == 0;
-        while (ok && more) {
-            uint8_t *ans = NULL, *wa = NULL;
-            uint32_t n = 0, wn = 0;
-            uint64_t at = fgr_word(ranges + 16 * i, 8) + off, got = k;
-            /* Answer: u8 1, u64 k, the bytes. */
-            ok = answer_on(&a->helper, &ans, &n, FGR_STATE_PIECE + 64, why, sizeof why) == 0 && n == 9 + got &&
-                 fgr_word(ans + 1, 8) == got;
-            more = ok && next_piece(a, ranges, nranges, &i, &off, &k);
-            if (ok && more)
-                ok = ask_piece(a, w, i, off, k, why, sizeof why) == 0;
-            if (ok) {
-                begin(w, FGR_OP_fgrStateWrite);
-                fgr_put_u64(w, at);
-                fgr_put_u64(w, got);
-                fgr_put_buf(w, ans + 9, got);
-                fgr_finish_frame(w);
-                ok = !w->oom && call_on(&a->conn, w->p, w->len, &wa, &wn, 64, why, sizeof why) == 0;
-            }
-            free(wa);
-            free(ans);
-            copied += ok ? got : 0;
-        }
+    for (uint32_t r = 0; ok && r < nranges; r++) {
+        if (a->from[r] != FGR_AHEAD_PULL)
+            continue;
+        uint64_t size = fgr_word(ranges + 16 * r + 8, 8);
+        uint8_t *ans = NULL;
+        uint32_t n = 0;
+        begin(w, FGR_OP_fgrStatePull);
+        fgr_put_u64(w, fgr_word(ranges + 16 * r, 8));
+        fgr_put_u64(w, size);
+        fgr_put_buf(w, a->tokens + 64 * r, 64);
+        fgr_finish_frame(w);
+        ok = !w->oom && call_on(&a->conn, w->p, w->len, &ans, &n, 64, why, sizeof why) == 0;
+        free(ans);
+        pulled += ok ? size : 0;
     }
-    a->m.ahead = ok ? copied : 0;
-    a->m.ahead_pulled = ok && a->pull;
+    int more = ok && next_piece(a, ranges, nranges, &i, &off, &k);
+    ok = ok && (!more || ask_piece(a, w, i, off, k, why, sizeof why) == 0);
+    while (ok && more) {
+        uint8_t *ans = NULL, *wa = NULL;
+        uint32_t n = 0, wn = 0;
+        uint64_t at = fgr_word(ranges + 16 * i, 8) + off, got = k;
+        /* Answer: u8 1, u64 k, the bytes. */
+        ok = answer_on(&a->helper, &ans, &n, FGR_STATE_PIECE + 64, why, sizeof why) == 0 && n == 9 + got &&
+             fgr_word(ans + 1, 8) == got;
+        more = ok && next_piece(a, ranges, nranges, &i, &off, &k);
+        if (ok && more)
+            ok = ask_piece(a, w, i, off, k, why, sizeof why) == 0;
+        if (ok) {
+            begin(w, FGR_OP_fgrStateWrite);
+            fgr_put_u64(w, at);
+            fgr_put_u64(w, got);
+            fgr_put_buf(w, ans + 9, got);
+            fgr_finish_frame(w);
+            ok = !w->oom && call_on(&a->conn, w->p, w->len, &wa, &wn, 64, why, sizeof why) == 0;
+        }
+        free(wa);
+        free(ans);
+        copied += ok ? got : 0;
+    }
+    a->m.ahead = ok ? copied + pulled : 0;
+    a->m.ahead_pulled = ok ? pulled : 0;
     a->copied = ok;
 }
 
@@ -229,7 +226,8 @@ static void *loader(void *arg)
     free(w.p);
     fgr_conn_drop(&ahead->helper);
     free(ahead->tokens);
-    ahead->tokens = NULL;
+    free(ahead->from);
+    ahead->tokens = ahead->from = NULL;
     __atomic_store_n(&ahead->done, ok ? 1 : 2, __ATOMIC_RELEASE);
     if (__atomic_exchange_n(&ahead->claimed, 1, __ATOMIC_ACQ_REL)) { /* given up: the server was lost meanwhile */
         fgr_conn_drop(&ahead->conn);
@@ -258,48 +256,49 @@ static CUresult reaches(struct fgr_ahead *a, const uint8_t *token)
 
 /* Whether the target reaches the old executor's pages (then they move
  * device to device at the second pause) or not, as between hosts: then
- * each range's token, for the loader to copy them ahead: of the
- * target's executor that holds the checkpoint before (before: on a
- * failover server; the loader has the new one copy from it, on that
- * host), else of the old executor, read through another connection to
- * the old server. The program's connection current. */
+ * where the loader copies each range from ahead: the target's executor
+ * that holds the checkpoint before (before: on a failover server), where
+ * it holds the range (the new executor copies it on that host), else the
+ * old executor, read through another connection to the old server. The
+ * program's connection current. */
 static void plan_copy(struct fgr_ahead *a, const uint8_t *ranges, uint32_t nranges, struct fgr_conn_saved *before)
 {
     const char *from = fgr_conn_address();
-    uint8_t *tokens = nranges ? calloc(nranges, 64) : NULL;
+    uint8_t *tokens = nranges ? calloc(nranges, 64) : NULL, *src = nranges ? calloc(nranges, 1) : NULL;
     char *at = from && strncmp(from, "shm://", 6) ? strdup(from) : NULL;
     /* Memory the driver placed (module variables) or the host's (mapped
      * pinned memory) has no token: the second pause copies it. */
     CUresult r = CUDA_ERROR_INVALID_VALUE;
-    uint32_t shared = 0;
-    for (uint32_t i = 0; tokens && at && i < nranges && r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_FOUND; i++) {
-        if (fgrStateShare(fgr_word(ranges + 16 * i, 8), fgr_word(ranges + 16 * i + 8, 8), tokens + 64 * i) !=
+    for (uint32_t i = 0; tokens && src && at && i < nranges && r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_FOUND; i++)
+        if (fgrStateShare(fgr_word(ranges + 16 * i, 8), fgr_word(ranges + 16 * i + 8, 8), tokens + 64 * i) ==
             CUDA_SUCCESS)
-            continue;
-        shared = i + 1;
-        r = reaches(a, tokens + 64 * i);
-    }
-    if (r == CUDA_ERROR_NOT_FOUND && before && before->fd >= 0) {
-        fgr_conn_swap(before);
+            r = reaches(a, tokens + 64 * i);
+    int read = 0;
+    if (r == CUDA_ERROR_NOT_FOUND) {
+        if (before && before->fd >= 0) {
+            fgr_conn_swap(before);
+            for (uint32_t i = 0; i < nranges; i++)
+                if (fgrStateShare(fgr_word(ranges + 16 * i, 8), fgr_word(ranges + 16 * i + 8, 8), tokens + 64 * i) ==
+                    CUDA_SUCCESS)
+                    src[i] = FGR_AHEAD_PULL;
+            fgr_conn_swap(before);
+        }
         for (uint32_t i = 0; i < nranges; i++)
-            if (fgrStateShare(fgr_word(ranges + 16 * i, 8), fgr_word(ranges + 16 * i + 8, 8), tokens + 64 * i) !=
-                CUDA_SUCCESS)
-                memset(tokens + 64 * i, 0, 64);
-        fgr_conn_swap(before);
-        a->pull = 1;
+            if (!src[i] &&
+                fgrStateShare(fgr_word(ranges + 16 * i, 8), fgr_word(ranges + 16 * i + 8, 8), tokens + 64 * i) ==
+                    CUDA_SUCCESS)
+                read = src[i] = FGR_AHEAD_READ;
+        if (read && fgr_conn_dial(at, &a->helper) != 0)
+            for (uint32_t i = 0; i < nranges; i++)
+                src[i] = src[i] == FGR_AHEAD_READ ? 0 : src[i];
+        else if (read)
+            fgr_conn_swap(&a->helper); /* the program's current again */
         a->tokens = tokens;
-        tokens = NULL;
-    }
-    for (uint32_t i = shared; tokens && r == CUDA_ERROR_NOT_FOUND && i < nranges; i++)
-        if (fgrStateShare(fgr_word(ranges + 16 * i, 8), fgr_word(ranges + 16 * i + 8, 8), tokens + 64 * i) !=
-            CUDA_SUCCESS)
-            memset(tokens + 64 * i, 0, 64);
-    if (tokens && r == CUDA_ERROR_NOT_FOUND && fgr_conn_dial(at, &a->helper) == 0) {
-        fgr_conn_swap(&a->helper); /* the program's current again */
-        a->tokens = tokens;
-        tokens = NULL;
+        a->from = src;
+        tokens = src = NULL;
     }
     free(tokens);
+    free(src);
     free(at);
 }
 
@@ -349,7 +348,8 @@ int fgr_ahead_start(struct fgr_ahead *a, const char *to, struct fgr_conn_saved *
         fgr_conn_drop(&a->conn);
         fgr_conn_drop(&a->helper);
         free(a->tokens);
-        a->tokens = NULL;
+        free(a->from);
+        a->tokens = a->from = NULL;
         free(a->state);
         a->state = NULL;
         return -1;
@@ -360,11 +360,15 @@ int fgr_ahead_start(struct fgr_ahead *a, const char *to, struct fgr_conn_saved *
 
 const char *fgr_ahead_said(const struct fgr_remade *m)
 {
-    static __thread char s[96];
+    static __thread char s[192];
     if (!m->ahead)
         return "";
-    snprintf(s, sizeof s, "; %.1f MiB copied before, while the program ran%s", m->ahead / 1048576.0,
-             m->ahead_pulled ? ", from the checkpoint before on that server" : "");
+    static __thread char of[80];
+    of[0] = 0;
+    if (m->ahead_pulled)
+        snprintf(of, sizeof of, ", %.1f MiB of it from the checkpoint before on that server",
+                 m->ahead_pulled / 1048576.0);
+    snprintf(s, sizeof s, "; %.1f MiB copied before, while the program ran%s", m->ahead / 1048576.0, of);
     return s;
 }
 

@@ -329,7 +329,7 @@ const uint8_t *fgr_state_ranges(const uint8_t *state, uint64_t n, uint32_t *nran
 struct fgr_remade {
     uint64_t state, bytes, pulled; /* the state's bytes, device memory copied, of it device to device */
     uint64_t ahead;                /* device memory copied before, while the program ran (between hosts) */
-    int ahead_pulled;              /* that, from the target's checkpoint before, device to device there */
+    uint64_t ahead_pulled;         /* of it, from the target's checkpoint before, device to device there */
     unsigned ms, at[3];            /* ms it took; when the state was read, the target reached, the state made again */
 };
 int fgr_state_remake(const char *to, struct fgr_conn_saved *made, struct fgr_remade *m, char *why, size_t nwhy);
@@ -343,14 +343,15 @@ int fgr_state_remake(const char *to, struct fgr_conn_saved *made, struct fgr_rem
  * times in a row (a training allocates every few seconds; its structure
  * takes about a second to make), then in one. */
 #define FGR_AHEAD_TRIES 3
+enum { FGR_AHEAD_PULL = 1, FGR_AHEAD_READ = 2 }; /* from the target's checkpoint before, or read on the old server */
 struct fgr_ahead {
     struct fgr_conn_saved conn;
     /* Between hosts: another connection to the old server, and each
      * range's token, with which the loader copies device memory ahead. */
     struct fgr_conn_saved helper;
     uint8_t *tokens;
-    int pull;   /* the tokens are of the target's checkpoint before (no helper) */
-    int copied; /* the loader copied it all ahead */
+    uint8_t *from; /* each range's: 0 (not copied ahead), FGR_AHEAD_PULL or FGR_AHEAD_READ */
+    int copied;    /* the loader copied it all ahead */
     uint8_t *state;
     uint64_t n;
     unsigned long long generation;

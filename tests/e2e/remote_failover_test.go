@@ -663,15 +663,16 @@ func TestRemoteFailoverBetweenHosts(t *testing.T) {
 	e := newEnv(t)
 	local := runsLocally(t, e, []string{"mover", "6", "0", "-", "-", "churn"}, "done")
 	h := startHeldFailoverOn(t, e, e.serveNamed("a", "unix"), e.serveApart("b", "unix"), "busy,churn")
-	h.said("MiB copied before, while the program ran, from the checkpoint before on that server)")
+	h.said("MiB of it from the checkpoint before on that server)")
 	h.finishAtFailover(t, local)
 	// 67.4 MiB in all; at the pause the churned 1 MiB and what the
 	// executors place themselves (module variable, mapped memory).
-	for _, m := range regexp.MustCompile(`([\d.]+) MiB of device memory, ([\d.]+) MiB of it device to device, [\d.]+ MiB of state; ([\d.]+) MiB copied before, while the program ran, from the checkpoint before`).FindAllStringSubmatch(h.errb.String(), -1) {
+	for _, m := range regexp.MustCompile(`([\d.]+) MiB of device memory, ([\d.]+) MiB of it device to device, [\d.]+ MiB of state; ([\d.]+) MiB copied before, while the program ran, ([\d.]+) MiB of it from the checkpoint before`).FindAllStringSubmatch(h.errb.String(), -1) {
 		var paused float64
 		fmt.Sscan(m[1], &paused)
-		if paused > 4 || m[2] != "0.0" || m[3] != "67.4" {
-			t.Errorf("a checkpoint copied %s MiB at its pause (%s device to device), %s ahead:\n%s", m[1], m[2], m[3], h.errb.String())
+		if paused > 4 || m[2] != "0.0" || m[3] != "67.4" || m[4] != "67.4" {
+			t.Errorf("a checkpoint copied %s MiB at its pause (%s device to device), %s ahead (%s from the one before):\n%s",
+				m[1], m[2], m[3], m[4], h.errb.String())
 		}
 	}
 }
