@@ -3,9 +3,11 @@
 # failover server (flexgv run --remote A --failover B), after make: an
 # uninterrupted remote run; the same run with checkpoints every
 # CHECKPOINT (what they cost); then, over unix sockets and over loopback
-# TCP, the same run with its server killed mid-run: the losses bit for bit,
-# the ballast intact, and what the program said.
-#     scripts/gpu-failover.sh [STEPS] [HOLD_GIB] [CHECKPOINT] [OUT]
+# TCP, and with the failover server in a network namespace of its own (as
+# on another host: nothing moves device to device between the servers),
+# the same run with its server killed mid-run: the losses bit for bit, the
+# ballast intact, and what the program said.
+#     [PAIRS="unix tcp apart"] scripts/gpu-failover.sh [STEPS] [HOLD_GIB] [CHECKPOINT] [OUT]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${1:-3000}
@@ -21,11 +23,27 @@ failed=0
 fail() { echo "FAIL: $*"; failed=1; }
 pass() { echo "PASS: $*"; }
 declare -A pid
-serve() { env -u LD_LIBRARY_PATH "$FLEXGV" serve --listen "$1" ${2:-} >>"$OUT/failover_serve_$3.log" 2>&1 & pid[$3]=$!; }
+serve() { env -u LD_LIBRARY_PATH ${4:-} "$FLEXGV" serve --listen "$1" ${2:-} >>"$OUT/failover_serve_$3.log" 2>&1 & pid[$3]=$!; }
 serve "unix://$tmp/a.sock" "" a
 serve "unix://$tmp/b.sock" "" b
 serve tcp://127.0.0.1:7181 --open ta
 serve tcp://127.0.0.1:7182 --open tb
+pairs=()
+for p in ${PAIRS:-unix tcp apart}; do
+    case $p in
+    unix) pairs+=("a b unix://$tmp/a.sock unix://$tmp/b.sock") ;;
+    tcp) pairs+=("ta tb tcp://127.0.0.1:7181 tcp://127.0.0.1:7182") ;;
+    apart)
+        if unshare --net true 2>/dev/null; then
+            serve "unix://$tmp/a2.sock" "" a2
+            serve "unix://$tmp/c.sock" "" c "unshare --net"
+            pairs+=("a2 c unix://$tmp/a2.sock unix://$tmp/c.sock")
+        else
+            echo "SKIP: no network namespace here (unshare --net), so no failover server as on another host"
+        fi ;;
+    *) echo "PAIRS: unknown pair $p (unix, tcp, apart)"; exit 2 ;;
+    esac
+done
 sleep 2
 train() { # PROGRESS JSON FLEXGV-RUN-FLAGS...
     local progress=$1 json=$2
@@ -50,7 +68,7 @@ train "$tmp/cp.progress" "$tmp/cp.json" --remote "unix://$tmp/a.sock" --failover
     --checkpoint-every "$EVERY" 2>"$tmp/cp.err" || fail "the run with checkpoints"
 grep -E "flexgv remote: (checkpoint|pid|no checkpoint|lost|going on)" "$tmp/cp.err"
 same "$tmp/ref.json" "$tmp/cp.json" && pass "checkpoints every $EVERY" || fail "the run with checkpoints: losses or ballast"
-for pair in "a b unix://$tmp/a.sock unix://$tmp/b.sock" "ta tb tcp://127.0.0.1:7181 tcp://127.0.0.1:7182"; do
+for pair in "${pairs[@]}"; do
     set -- $pair
     name=$1 from=$3 to=$4
     echo "== $from SIGKILLed mid-run, failover $to ($GIB GiB of ballast beside the training, checkpoints every $EVERY)"
