@@ -7,7 +7,9 @@
 # on another host: nothing moves device to device between the servers),
 # the same run with its server killed mid-run: the losses bit for bit, the
 # ballast intact, and what the program said.
-#     [PAIRS="unix tcp apart"] scripts/gpu-failover.sh [STEPS] [HOLD_GIB] [CHECKPOINT] [OUT]
+# The server is killed KILL_AFTER seconds (default 14) after the first
+# progress line.
+#     [PAIRS="unix tcp apart"] [KILL_AFTER=S] scripts/gpu-failover.sh [STEPS] [HOLD_GIB] [CHECKPOINT] [OUT]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${1:-3000}
@@ -77,7 +79,7 @@ for pair in "${pairs[@]}"; do
         2>"$tmp/run.err" &
     job=$!
     for i in $(seq 1200); do [ -s "$tmp/run.progress" ] && break; sleep 0.1; done
-    sleep 14
+    sleep "${KILL_AFTER:-14}"
     kill -KILL "${pid[$name]}"
     echo "  killed the server of $from at step $(tail -1 "$tmp/run.progress" | cut -d' ' -f1)"
     wait $job || fail "the training whose server was killed ($from; its stderr below)"
