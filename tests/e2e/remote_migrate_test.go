@@ -364,13 +364,7 @@ func TestRemoteMigrateHostileState(t *testing.T) {
 		}
 		conn.Close()
 	}
-	s.quiesce()
-	if strings.Contains(s.Log(), "signal:") {
-		t.Errorf("an executor crashed:\n%s", s.Log())
-	}
-	if r := e.remote(s, "rtlike", "1"); r.code != 0 {
-		t.Errorf("after the hostile states: exit %d\n%s", r.code, r.stderr)
-	}
+	stillServes(t, e, s, "the hostile states")
 }
 
 // Across transports: a program moves from a socket to shared memory; back
@@ -392,6 +386,20 @@ func TestRemoteMigrateAcrossTransports(t *testing.T) {
 					m.stderr, p.code, p.stdout, p.stderr)
 			}
 		})
+	}
+}
+
+// stillServes checks, once the server's executors ended, that none ended
+// by a signal and that the server still serves a program (after: what it
+// was given before).
+func stillServes(t *testing.T, e *env, s *server, after string) {
+	t.Helper()
+	s.quiesce()
+	if strings.Contains(s.Log(), "signal:") {
+		t.Errorf("an executor crashed:\n%s", s.Log())
+	}
+	if r := e.remote(s, "rtlike", "1"); r.code != 0 {
+		t.Errorf("after %s: exit %d\n%s", after, r.code, r.stderr)
 	}
 }
 
@@ -690,70 +698,62 @@ func TestRemoteMigrateBetweenHosts(t *testing.T) {
 	}
 }
 
-// What copies a move's device memory ahead, given what no client sends:
-// sums of memory the connection does not hold, of a length that is no
-// whole words, or with another count of sums than its blocks; reads by a
-// forged token, past a piece, or of nothing. Each is refused (invalid, or
-// nothing found), and the executor goes on serving.
+// What copies a move's device memory ahead. Sums of two allocations of
+// the same bytes agree, and differ once one word differs; sums of memory
+// the connection does not hold, of a length that is no whole words, of
+// more than it holds, or with another count of sums than its blocks, and
+// reads by a forged token, past a piece, or of nothing are refused
+// (invalid, or nothing found), and the executor goes on serving.
 func TestRemoteStateSumsAndReadsHostile(t *testing.T) {
 	p := readProtocol(t)
+	e := newEnv(t)
+	s := e.serve("unix")
+	r := dialRaw(t, s, p)
+	ctx := handle(r.call("cuDevicePrimaryCtxRetain", 0, w{}.u64(0).u8(1)))
+	const block = 64 << 10
+	var a, b uint64
+	data := strings.Repeat("flexgv s", block/8)
+	for _, m := range []*uint64{&a, &b} {
+		*m = handle(r.call("cuMemAlloc_v2", ctx, w{}.u64(block).u8(1)))
+		r.call("cuMemcpyHtoD_v2", ctx, w{}.u64(*m).u64(block).u8(1).u64(block).raw(data))
+	}
+	sum := func(m uint64) uint64 {
+		return binary.LittleEndian.Uint64(r.call("fgrStateSums", ctx, w{}.u64(m).u64(block).u64(1).u8(1))[13:])
+	}
+	if sa, sb := sum(a), sum(b); sa != sb {
+		t.Errorf("the same bytes summed %x and %x", sa, sb)
+	}
+	r.call("cuMemcpyHtoD_v2", ctx, w{}.u64(b+block-8).u64(8).u8(1).u64(8).raw("-changed"))
+	if sa, sb := sum(a), sum(b); sa == sb {
+		t.Errorf("bytes that differ in a word summed alike (%x)", sa)
+	}
 	forged := w{}.u32(0x31494746).u32(0).u64(12345).raw(strings.Repeat("s", 16)).u64(1 << 20).u64(0).u64(1 << 20)
 	forged = forged.raw(strings.Repeat("\x00", 64-len(forged)))
-	sums := func(ptr, n, nsums uint64) []byte {
-		return request(p.op(t, "fgrStateSums"), w{}.u64(ptr).u64(n).u64(nsums).u8(1))
+	sums := func(ptr, n, nsums uint64) uint32 {
+		return r.result("fgrStateSums", ctx, w{}.u64(ptr).u64(n).u64(nsums).u8(1))
 	}
-	read := func(token w, off, n uint64) []byte {
-		return request(p.op(t, "fgrStateShareRead"), w{}.u64(off).u64(n).u8(1).u64(64).raw(string(token)).u8(1))
+	read := func(token w, off, n uint64) uint32 {
+		return r.result("fgrStateShareRead", ctx, w{}.u64(off).u64(n).u8(1).u64(64).raw(string(token)).u8(1))
 	}
-	cases := []struct {
-		name string
-		req  []byte
-		want uint32
+	for _, c := range []struct {
+		name      string
+		got, want uint32
 	}{
-		{"sums of nothing held", sums(1<<40, 1<<16, 1), 1},
-		{"sums of no whole words", sums(1<<40, 12, 1), 1},
+		{"sums of nothing held", sums(1<<40, block, 1), 1},
+		{"sums of no whole words", sums(a, 12, 1), 1},
+		{"sums of more than is held", sums(a, 4*block, 4), 1},
 		{"sums of a null range", sums(0, 0, 0), 1},
-		{"more sums than blocks", sums(1<<40, 1<<16, 16384), 1},
+		{"more sums than blocks", sums(a, block, 2), 1},
 		{"sums past the address space", sums(^uint64(0)-7, 1<<20, 16), 1},
 		{"a read by a forged token", read(forged, 0, 4096), 500},
 		{"a read by no token", read(w{}.raw(strings.Repeat("\x00", 64)), 0, 4096), 500},
 		{"a read past a piece", read(forged, 0, 1<<21), 1},
 		{"a read of nothing", read(forged, 0, 0), 1},
-	}
-	e := newEnv(t)
-	s := e.serve("unix")
-	conn, err := net.Dial("unix", strings.TrimPrefix(s.addr, "unix://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn.SetDeadline(time.Now().Add(30 * time.Second))
-	conn.Write(auth(""))
-	conn.Write(p.hello(p.hash))
-	next := func(what string) []byte {
-		var n uint32
-		if err := binary.Read(conn, binary.LittleEndian, &n); err != nil {
-			t.Fatalf("%s: %v\n%s", what, err, s.Log())
-		}
-		b := make([]byte, n)
-		if _, err := io.ReadFull(conn, b); err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		return b
-	}
-	next("authentication")
-	next("handshake")
-	for _, c := range cases {
-		conn.Write(c.req)
-		if got := next(c.name); len(got) < 4 || binary.LittleEndian.Uint32(got) != c.want {
-			t.Errorf("%s: answered %x, want result %d", c.name, got, c.want)
+	} {
+		if c.got != c.want {
+			t.Errorf("%s: answered %d, want %d", c.name, c.got, c.want)
 		}
 	}
-	conn.Close()
-	s.quiesce()
-	if strings.Contains(s.Log(), "signal:") {
-		t.Errorf("an executor crashed:\n%s", s.Log())
-	}
-	if r := e.remote(s, "rtlike", "1"); r.code != 0 {
-		t.Errorf("after the hostile requests: exit %d\n%s", r.code, r.stderr)
-	}
+	r.c.Close()
+	stillServes(t, e, s, "the hostile requests")
 }
