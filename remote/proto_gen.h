@@ -434,7 +434,7 @@ enum fgr_op {
     FGR_NUM_OPS = 425
 };
 
-#define FGR_OPS_HASH 0x210134c95f006290ULL
+#define FGR_OPS_HASH 0xd5ad5391c01e45c4ULL
 
 /* The project's own operations (the driver's entry points the shim does
  * not hook are declared in flexgv/cuda_api_gen.h). */
@@ -457,7 +457,7 @@ CUresult fgrNvmlOwnMemory(CUdevice dev, size_t *used);
 CUresult fgrNvmlMemory(CUdevice dev, size_t *total, size_t *reserved, size_t *used);
 CUresult fgrNvmlP2PStatus(CUdevice dev1, CUdevice dev2, unsigned int index, unsigned int *status);
 CUresult fgrNvmlReading(CUdevice dev, unsigned int what, unsigned int arg, unsigned int *value);
-CUresult fgrParamSizes(CUfunction f, unsigned int max, unsigned int *count, unsigned int *sizes);
+CUresult fgrParamSizes(CUfunction f, unsigned int max, unsigned int *count, unsigned int *sizes, unsigned long long *check);
 CUresult fgrHostMapped(CUdeviceptr *dptr, size_t bytes);
 CUresult fgrHostMappedFree(CUdeviceptr dptr);
 CUresult fgrHostWrite(CUdeviceptr dst, const void *src, size_t bytes);

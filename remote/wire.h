@@ -31,7 +31,7 @@
 
 #include "flexgv/cuda_types.h"
 
-#define FGR_PROTO_VERSION 26u /* 26: device memory copied ahead of a move between hosts (fgrStateShareRead, fgrStateSums); 25: a wait-only request makes its call when nothing came between; 24: a host node's copies over shm:// too (its data area), a state's ranges at the program's addresses; 23: a host node's turn brings the buffers its copy nodes wrote; 22: a failover server's replay (fgrStateAlias), the names' table in a state; 21: a connection moved to another server (fgrState*); 20: IPC between a host's connections, a link state's logs, host functions over sockets (a channel); 19: kernel nodes' parameters read and changed; 18: pinned memory promoted (fgrHostMapAt), graph copies through server buffers; 17: the program's device output; 16: managed memory kept on both sides; 15: host functions over shm:// asynchronous; 14: cuMemRetainAllocationHandle; 13: device memory at addresses the client chooses; 12: the pinned heap, downloads in halves, a launch's extra; 11: queued calls' errors per thread; 10: staging areas; 9: waits pending */
+#define FGR_PROTO_VERSION 27u /* 27: a layout's answer carries its check; 26: device memory copied ahead of a move between hosts (fgrStateShareRead, fgrStateSums); 25: a wait-only request makes its call when nothing came between; 24: a host node's copies over shm:// too (its data area), a state's ranges at the program's addresses; 23: a host node's turn brings the buffers its copy nodes wrote; 22: a failover server's replay (fgrStateAlias), the names' table in a state; 21: a connection moved to another server (fgrState*); 20: IPC between a host's connections, a link state's logs, host functions over sockets (a channel); 19: kernel nodes' parameters read and changed; 18: pinned memory promoted (fgrHostMapAt), graph copies through server buffers; 17: the program's device output; 16: managed memory kept on both sides; 15: host functions over shm:// asynchronous; 14: cuMemRetainAllocationHandle; 13: device memory at addresses the client chooses; 12: the pinned heap, downloads in halves, a launch's extra; 11: queued calls' errors per thread; 10: staging areas; 9: waits pending */
 
 /* An object the driver makes for a context through a private table word
  * (21318c60-... word 51, which cuBLAS calls before its first product): a
@@ -200,6 +200,15 @@ static inline uint64_t fgr_words_sum(const void *p, size_t n)
         __builtin_memcpy(&w, (const unsigned char *)p + 8 * i, 8);
         s += fgr_words_mix(w, i);
     }
+    return s;
+}
+/* A layout's check (fgrParamSizes): its count and each size mixed with
+ * its index, added, so that one count or size changed changes it. */
+static inline uint64_t fgr_layout_check(unsigned count, const unsigned *sizes, unsigned k)
+{
+    uint64_t s = fgr_words_mix(count, ~0ull);
+    for (unsigned i = 0; i < k; i++)
+        s += fgr_words_mix(sizes[i], i);
     return s;
 }
 /* What the handshake's last field asks to talk over after it: the socket,

@@ -28,7 +28,7 @@ import (
 const (
 	AuthMagic    = 0x41524746 // "FGRA"
 	ChannelMagic = 0x43524746 // "FGRC"
-	ProtoVersion = 26
+	ProtoVersion = 27
 	// SecretLen is the length of a channel's secret.
 	SecretLen = 32
 	// AuthTimeout is how long a new connection has to authenticate: a

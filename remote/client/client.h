@@ -426,6 +426,8 @@ struct fgr_kparams {
 };
 /* (Before the launch is sent, outside the connection's lock, it and
  * fgr_extra_check promote the pinned memory its pointers name.) */
+/* An answer that fails a check of its own: the server is lost. */
+CUresult fgr_garbled(const char *op);
 CUresult fgr_kparams_layout(CUfunction f, void **params, struct fgr_kparams *kp);
 /* The layout alone (a kernel node's parameters read back, graphs.c). */
 CUresult fgr_kparams_of(CUfunction f, struct fgr_kparams *kp);

@@ -1584,6 +1584,16 @@ void fgr_get_out(struct fgr_call *c, void *p, uint64_t n, int inout)
         memcpy(p, b, (size_t)n);
 }
 
+CUresult fgr_garbled(const char *op)
+{
+    char why[96];
+    snprintf(why, sizeof why, "a malformed answer to %s", op);
+    pthread_mutex_lock(&conn_lock);
+    CUresult r = lost(why, 0);
+    pthread_mutex_unlock(&conn_lock);
+    return r;
+}
+
 CUresult fgr_end(struct fgr_call *c)
 {
     CUresult r = c->result;

@@ -1150,7 +1150,8 @@ void fgr_kparams_flush(void)
     pthread_mutex_unlock(&layout_lock);
 }
 
-CUresult fgrParamSizes(CUfunction f, unsigned int max, unsigned int *count, unsigned int *sizes);
+CUresult fgrParamSizes(CUfunction f, unsigned int max, unsigned int *count, unsigned int *sizes,
+                       unsigned long long *check);
 
 /* Pointers among a launch's parameters into pinned memory the client holds
  * alone: kept on both sides from now on, before the launch is sent. */
@@ -1208,7 +1209,10 @@ CUresult fgr_kparams_of(CUfunction f, struct fgr_kparams *kp)
             return CUDA_ERROR_OUT_OF_MEMORY;
         }
         size = s;
-        CUresult r = fgrParamSizes(f, guess, &n, size);
+        unsigned long long sum = 0;
+        CUresult r = fgrParamSizes(f, guess, &n, size, &sum);
+        if (r == CUDA_SUCCESS && sum != fgr_layout_check(n, size, n < guess ? n : guess))
+            r = fgr_garbled("fgrParamSizes");
         if (r == CUDA_ERROR_NOT_SUPPORTED) {
             free(size);
             return fgr_unsupported(-1, "kernel parameters", "a launch whose layout the server cannot tell");
@@ -1217,11 +1221,15 @@ CUresult fgr_kparams_of(CUfunction f, struct fgr_kparams *kp)
             free(size);
             return r;
         }
+        if (n > FGR_MAX_KPARAMS) { /* more than any launch can take: a garbled answer */
+            free(size);
+            return CUDA_ERROR_INVALID_VALUE;
+        }
         if (n <= guess)
             break;
         guess = n;
     }
-    uint32_t total = 0;
+    uint64_t total = 0; /* wide: 32-bit sizes that wrap around would pass */
     for (unsigned i = 0; i < n; i++)
         total += size[i];
     if (total > FGR_MAX_KPARAM_BYTES) {

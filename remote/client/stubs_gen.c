@@ -4580,13 +4580,14 @@ FGR_EXPORT CUresult fgrNvmlReading(CUdevice dev, unsigned int what, unsigned int
     return fgr_end(&fgr_c);
 }
 
-FGR_EXPORT CUresult fgrParamSizes(CUfunction f, unsigned int max, unsigned int *count, unsigned int *sizes)
+FGR_EXPORT CUresult fgrParamSizes(CUfunction f, unsigned int max, unsigned int *count, unsigned int *sizes, unsigned long long *check)
 {
     CUresult fgr_r;
     uint64_t n_count = count ? sizeof(unsigned int) : 0;
     uint64_t n_sizes = sizes ? fgr_mul((uint64_t)(fgr_min(max,FGR_MAX_KPARAMS)), sizeof(unsigned int)) : 0;
     if (n_sizes > FGR_MAX_BUF)
         return fgr_unsupported(-1, "fgrParamSizes", "a buffer over the frame limit");
+    uint64_t n_check = check ? sizeof(unsigned long long) : 0;
     struct fgr_call fgr_c;
     if ((fgr_r = fgr_begin(&fgr_c, FGR_OP_fgrParamSizes, 0)) != CUDA_SUCCESS)
         return fgr_r;
@@ -4594,10 +4595,12 @@ FGR_EXPORT CUresult fgrParamSizes(CUfunction f, unsigned int max, unsigned int *
     fgr_put_u64(&fgr_c.w, (uint64_t)max);
     fgr_put_u8(&fgr_c.w, count != NULL);
     fgr_put_u8(&fgr_c.w, sizes != NULL);
+    fgr_put_u8(&fgr_c.w, check != NULL);
     if ((fgr_r = fgr_roundtrip(&fgr_c)) != CUDA_SUCCESS)
         return fgr_r;
     fgr_get_out(&fgr_c, count, n_count, 0);
     fgr_get_out(&fgr_c, sizes, n_sizes, 0);
+    fgr_get_out(&fgr_c, check, n_check, 0);
     return fgr_end(&fgr_c);
 }
 

@@ -271,7 +271,7 @@ typedef CUresult (*pfn_fgrNvmlOwnMemory)(CUdevice dev, size_t *used);
 typedef CUresult (*pfn_fgrNvmlMemory)(CUdevice dev, size_t *total, size_t *reserved, size_t *used);
 typedef CUresult (*pfn_fgrNvmlP2PStatus)(CUdevice dev1, CUdevice dev2, unsigned int index, unsigned int *status);
 typedef CUresult (*pfn_fgrNvmlReading)(CUdevice dev, unsigned int what, unsigned int arg, unsigned int *value);
-typedef CUresult (*pfn_fgrParamSizes)(CUfunction f, unsigned int max, unsigned int *count, unsigned int *sizes);
+typedef CUresult (*pfn_fgrParamSizes)(CUfunction f, unsigned int max, unsigned int *count, unsigned int *sizes, unsigned long long *check);
 typedef CUresult (*pfn_fgrHostMapped)(CUdeviceptr *dptr, size_t bytes);
 typedef CUresult (*pfn_fgrHostMappedFree)(CUdeviceptr dptr);
 typedef CUresult (*pfn_fgrHostWrite)(CUdeviceptr dst, const void *src, size_t bytes);
@@ -6072,11 +6072,13 @@ static CUresult op_fgrParamSizes(struct fgr_rd *rd, struct fgr_req *q)
     unsigned int max = (unsigned int)fgr_get_u64(rd);
     int has_count = fgr_get_u8(rd);
     int has_sizes = fgr_get_u8(rd);
+    int has_check = fgr_get_u8(rd);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     unsigned int *count = NULL;
     unsigned int *sizes = NULL;
     const uint64_t fgr_n_sizes = fgr_mul((uint64_t)(fgr_min(max,FGR_MAX_KPARAMS)), sizeof(unsigned int));
+    unsigned long long *check = NULL;
     CUresult fgr_r = CUDA_SUCCESS;
     if (!(fgr_has(FGR_H_CUfunction, (uint64_t)(uintptr_t)f)))
         fgr_r = fgr_refuse("fgrParamSizes", "f", (uint64_t)(uintptr_t)f, CUDA_ERROR_INVALID_HANDLE);
@@ -6086,12 +6088,16 @@ static CUresult op_fgrParamSizes(struct fgr_rd *rd, struct fgr_req *q)
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS && has_sizes && !(sizes = fgr_out(q, fgr_n_sizes)))
         return fgr_out_failed(q);
+    if (fgr_r == CUDA_SUCCESS && has_check && !(check = fgr_out(q, sizeof(unsigned long long))))
+        return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
-        fgr_r = ((pfn_fgrParamSizes)fgr_real[FGR_OP_fgrParamSizes])(f, max, count, sizes);
+        fgr_r = ((pfn_fgrParamSizes)fgr_real[FGR_OP_fgrParamSizes])(f, max, count, sizes, check);
     if (has_count)
         fgr_reply_out(q, count, sizeof(unsigned int), 0, fgr_r);
     if (has_sizes)
         fgr_reply_out(q, sizes, fgr_n_sizes, 0, fgr_r);
+    if (has_check)
+        fgr_reply_out(q, check, sizeof(unsigned long long), 0, fgr_r);
     return fgr_r;
 }
 

@@ -127,7 +127,8 @@ void fgr_layout_init(void *driver);
 void fgr_memops_init(void *driver);
 /* The sizes of f's parameters (a function's or a library kernel's): the
  * answer to fgrParamSizes. */
-CUresult fgr_func_sizes(CUfunction f, unsigned int max, unsigned int *count, unsigned int *sizes);
+CUresult fgr_func_sizes(CUfunction f, unsigned int max, unsigned int *count, unsigned int *sizes,
+                        unsigned long long *sum);
 /* A line on stderr, naming the executor and its client. */
 void fgr_logf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* The server's log (the executor's stderr before fgr_output_capture;

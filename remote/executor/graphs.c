@@ -86,7 +86,7 @@ static CUresult kernel_node_get(CUgraphNode hNode, CUfunction *f, CUkernel *kern
         return r;
     unsigned n = 0;
     unsigned sizes[FGR_MAX_KPARAMS];
-    if ((r = fgr_func_sizes(p.func ? p.func : (CUfunction)p.kern, FGR_MAX_KPARAMS, &n, sizes)) != CUDA_SUCCESS)
+    if ((r = fgr_func_sizes(p.func ? p.func : (CUfunction)p.kern, FGR_MAX_KPARAMS, &n, sizes, NULL)) != CUDA_SUCCESS)
         return r;
     if (n && !p.kernelParams) /* given in extra: not laid out by the driver */
         return CUDA_ERROR_NOT_SUPPORTED;

@@ -233,12 +233,15 @@ static CUresult sizes_of(param_info info, void *f, unsigned int max, unsigned in
 
 /* A library's kernel given for a function (the executor's handle check
  * lets it be one) is asked about as a kernel. */
-CUresult fgr_func_sizes(CUfunction f, unsigned int max, unsigned int *count, unsigned int *sizes)
+CUresult fgr_func_sizes(CUfunction f, unsigned int max, unsigned int *count, unsigned int *sizes,
+                        unsigned long long *sum)
 {
     int kernel = f && fgr_has(FGR_H_CUkernel, (uint64_t)(uintptr_t)f);
     CUresult r = sizes_of(kernel ? kernel_info : func_info, f, max, count, sizes);
     if (r == CUDA_SUCCESS && *count <= max) /* the whole answer, asked for once */
         check(f, kernel, *count, sizes, max);
+    if (r == CUDA_SUCCESS && sum)
+        *sum = fgr_layout_check(*count, sizes, *count < max ? *count : max);
     return r;
 }
 

@@ -93,7 +93,7 @@ func Valid() []Request {
 		{"cuMemPoolGetAttribute", w{}.u64(h.Pool).u64(7).u8(1), res + 1 + 8 + 8},
 		{"cuDeviceGetPCIBusId", w{}.u64(32).u64(0).u8(1), res + 1 + 8 + 32},
 		// A function's parameter sizes; mapped pinned memory written and read.
-		{"fgrParamSizes", w{}.u64(h.Function).u64(4).u8(1).u8(1), res + (1 + 8 + 4) + (1 + 8 + 16)},
+		{"fgrParamSizes", w{}.u64(h.Function).u64(4).u8(1).u8(1).u8(1), res + (1 + 8 + 4) + (1 + 8 + 16) + (1 + 8 + 8)},
 		{"fgrHostWrite", w{}.u64(0x1000).u64(8).u8(1).u64(8).raw("abcdefgh"), res},
 		{"fgrHostReadMany", w{}.u64(1).u64(8).u8(1).u64(8).u64(0x1000).u8(1).u64(8).u64(8).u8(1), res + 1 + 8 + 8},
 		// An executable's copy node set to copy within the allocation.

@@ -34,7 +34,7 @@ type corrupter struct {
 // with the connection closed a second later.
 type spoil struct {
 	at   int
-	how  string // "flip", "head", "cut", "length"
+	how  string // "flip", "head", "cut", "length"; "layout": the first layout's answer
 	seed uint64
 }
 
@@ -90,7 +90,7 @@ func (c *corrupter) relay(in net.Conn) {
 		if _, err := io.ReadFull(out, body); err != nil {
 			return
 		}
-		if i != p.at {
+		if i != p.at && (p.how != "layout" || !isLayout(body)) {
 			in.Write(append(lenb[:], body...))
 			continue
 		}
@@ -117,6 +117,11 @@ func (c *corrupter) relay(in net.Conn) {
 				binary.LittleEndian.PutUint64(body[5:], l+d)
 			}
 			in.Write(append(lenb[:], body...))
+		case "layout": // a size one more word, its check kept
+			sizes := body[26:]
+			binary.LittleEndian.PutUint32(sizes, binary.LittleEndian.Uint32(sizes)+8)
+			in.Write(append(lenb[:], body...))
+			p.how = ""
 		case "cut":
 			in.Write(append(lenb[:], body[:rnd.IntN(int(n)+1)]...))
 			return
@@ -126,6 +131,32 @@ func (c *corrupter) relay(in net.Conn) {
 			time.Sleep(time.Second)
 			return
 		}
+	}
+}
+
+// isLayout tells an answer to a first fgrParamSizes of a function: a
+// result, the count (4 bytes), 32 sizes (the client's first guess), the
+// check (8 bytes).
+func isLayout(b []byte) bool {
+	return len(b) == 4+13+9+128+17 && b[4] == 1 && binary.LittleEndian.Uint64(b[5:]) == 4 &&
+		b[17] == 1 && binary.LittleEndian.Uint64(b[18:]) == 128 && b[154] == 1 && binary.LittleEndian.Uint64(b[155:]) == 8
+}
+
+// The client lays a launch's parameters out by the sizes the server
+// answers, reading that much of the program's memory for each: an answer
+// changed on its way fails its check, and the server is lost, rather than
+// the client reading past the program's parameters.
+func TestRemoteClientRefusesAGarbledLayout(t *testing.T) {
+	e := newEnv(t)
+	s := e.serve("tcp")
+	c := newCorrupter(t, strings.TrimPrefix(s.addr, "tcp://"))
+	c.next(spoil{at: -1, how: "layout"})
+	cmd := exec.Command(bin("rtlike"), "1")
+	cmd.Env = append(e.environ(filepath.Join(build, "remote")), "FLEXGV_REMOTE=tcp://"+c.ln.Addr().String())
+	r := runCmd(t, cmd)
+	if c.spoilt != 1 || r.code == 0 || r.code > 128 ||
+		!strings.Contains(r.stderr, "a malformed answer to fgrParamSizes; CUDA calls now fail with CUDA_ERROR_DEVICE_UNAVAILABLE") {
+		t.Fatalf("spoiled %d layout answer(s); exit %d\n%s", c.spoilt, r.code, r.stderr)
 	}
 }
 
@@ -151,7 +182,10 @@ func TestRemoteClientSurvivesSpoiledAnswers(t *testing.T) {
 	}
 	asan := strings.TrimSpace(string(preload))
 	seed := uint64(time.Now().UnixNano())
-	t.Logf("seed %d", seed)
+	if v, err := strconv.ParseUint(os.Getenv("SPOIL_SEED"), 10, 64); err == nil {
+		seed = v // a failure's run again
+	}
+	t.Logf("seed %d (SPOIL_SEED)", seed)
 	rnd := rand.New(rand.NewPCG(seed, 1))
 	runs, rounds := 0, 3
 	if n, err := strconv.Atoi(os.Getenv("SPOIL_ROUNDS")); err == nil {
@@ -201,8 +235,8 @@ func TestRemoteClientSurvivesSpoiledAnswers(t *testing.T) {
 // tail is the last lines of a program's stderr.
 func tail(s string) string {
 	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(l) > 8 {
-		l = l[len(l)-8:]
+	if len(l) > 24 { // a sanitizer's whole report
+		l = l[len(l)-24:]
 	}
 	return strings.Join(l, "\n")
 }
