@@ -93,8 +93,9 @@ func (e *env) serveNamed(name, transport string, extra ...string) *server {
 
 // serveApart is serveNamed with the server in a network namespace of its
 // own: its executors cannot reach this host's others' (IPC between
-// executors goes over abstract sockets), as if on another host. The test
-// is skipped where no namespace can be made.
+// executors goes over abstract sockets), as if on another host, with a
+// simulated GPU of its own. The test is skipped where no namespace can be
+// made.
 func (e *env) serveApart(name, transport string, extra ...string) *server {
 	e.t.Helper()
 	if err := exec.Command("unshare", "--net", "true").Run(); err != nil {
@@ -133,6 +134,9 @@ func (e *env) serveIn(attr *syscall.SysProcAttr, name, transport string, extra .
 	s := &server{t: e.t, addr: addr}
 	s.cmd = exec.Command(bin("flexgv"), append([]string{"serve", "--listen", addr}, extra...)...)
 	s.cmd.Env = e.environ(filepath.Join(build, "sim"))
+	if attr != nil && attr.Cloneflags&syscall.CLONE_NEWNET != 0 { // another host: a GPU of its own
+		s.cmd.Env = append(s.cmd.Env, "FLEXGV_SIM_STATE="+filepath.Join(e.dir, name+"-gpu.state"))
+	}
 	s.cmd.SysProcAttr = attr
 	logf, err := os.CreateTemp(e.dir, name+"-*.log") // a server restarted under the same name logs anew
 	if err != nil {
