@@ -138,10 +138,10 @@ static void copy_ahead(struct fgr_ahead *a, struct fgr_buf *w)
     char why[256];
     uint32_t nranges = 0, i = 0;
     const uint8_t *ranges = fgr_state_ranges(a->state, a->n, &nranges, why, sizeof why);
-    uint64_t copied = 0, pulled = 0, off = 0, k = 0;
+    uint64_t copied = 0, pulled = 0, undone = 0, off = 0, k = 0;
     int ok = ranges != NULL;
     for (uint32_t r = 0; ok && r < nranges; r++) {
-        if (a->from[r] != FGR_AHEAD_PULL)
+        if (a->from[r] != FGR_AHEAD_PULL && a->from[r] != FGR_AHEAD_UNDONE)
             continue;
         uint64_t size = fgr_word(ranges + 16 * r + 8, 8);
         uint8_t *ans = NULL;
@@ -154,6 +154,7 @@ static void copy_ahead(struct fgr_ahead *a, struct fgr_buf *w)
         ok = !w->oom && call_on(&a->conn, w->p, w->len, &ans, &n, 64, why, sizeof why) == 0;
         free(ans);
         pulled += ok ? size : 0;
+        undone += ok && a->from[r] == FGR_AHEAD_UNDONE ? size : 0;
     }
     int more = ok && next_piece(a, ranges, nranges, &i, &off, &k);
     ok = ok && (!more || ask_piece(a, w, i, off, k, why, sizeof why) == 0);
@@ -180,7 +181,8 @@ static void copy_ahead(struct fgr_ahead *a, struct fgr_buf *w)
         copied += ok ? got : 0;
     }
     a->m.ahead = ok ? copied + pulled : 0;
-    a->m.ahead_pulled = ok ? pulled : 0;
+    a->m.from_before = ok ? pulled - undone : 0;
+    a->m.from_undone = ok ? undone : 0;
     a->copied = ok;
 }
 
@@ -254,6 +256,19 @@ static CUresult reaches(struct fgr_ahead *a, const uint8_t *token)
     return r == 0 ? CUDA_SUCCESS : (CUresult)answered;
 }
 
+void fgr_state_held(struct fgr_conn_saved *c, uint8_t kind, const uint8_t *ranges, uint32_t nranges, uint8_t *tokens,
+                    uint8_t *src)
+{
+    if (!c || c->fd < 0)
+        return;
+    fgr_conn_swap(c);
+    for (uint32_t i = 0; i < nranges; i++)
+        if (!src[i] &&
+            fgrStateShare(fgr_word(ranges + 16 * i, 8), fgr_word(ranges + 16 * i + 8, 8), tokens + 64 * i) == CUDA_SUCCESS)
+            src[i] = kind;
+    fgr_conn_swap(c);
+}
+
 /* Whether the target reaches the old executor's pages (then they move
  * device to device at the second pause) or not, as between hosts: then
  * where the loader copies each range from ahead: the target's executor
@@ -275,14 +290,8 @@ static void plan_copy(struct fgr_ahead *a, const uint8_t *ranges, uint32_t nrang
             r = reaches(a, tokens + 64 * i);
     int read = 0;
     if (r == CUDA_ERROR_NOT_FOUND) {
-        if (before && before->fd >= 0) {
-            fgr_conn_swap(before);
-            for (uint32_t i = 0; i < nranges; i++)
-                if (fgrStateShare(fgr_word(ranges + 16 * i, 8), fgr_word(ranges + 16 * i + 8, 8), tokens + 64 * i) ==
-                    CUDA_SUCCESS)
-                    src[i] = FGR_AHEAD_PULL;
-            fgr_conn_swap(before);
-        }
+        fgr_state_held(&a->undone, FGR_AHEAD_UNDONE, ranges, nranges, tokens, src);
+        fgr_state_held(before, FGR_AHEAD_PULL, ranges, nranges, tokens, src);
         for (uint32_t i = 0; i < nranges; i++)
             if (!src[i] &&
                 fgrStateShare(fgr_word(ranges + 16 * i, 8), fgr_word(ranges + 16 * i + 8, 8), tokens + 64 * i) ==
@@ -307,7 +316,14 @@ int fgr_ahead_start(struct fgr_ahead *a, const char *to, struct fgr_conn_saved *
     uint64_t t0 = now_ns();
     uint32_t nranges;
     const uint8_t *ranges = NULL;
-    *a = (struct fgr_ahead){.conn = {.fd = -1}, .helper = {.fd = -1}};
+    struct fgr_conn_saved undone = {.fd = -1};
+    if (fgr_ahead_undone(a, to)) { /* kept for this attempt */
+        undone = a->undone;
+        a->undone = (struct fgr_conn_saved){.fd = -1};
+    }
+    fgr_ahead_drop_undone(a);
+    free(a->to);
+    *a = (struct fgr_ahead){.conn = {.fd = -1}, .helper = {.fd = -1}, .undone = undone, .to = strdup(to)};
     if (!strncmp(to, "shm://", 6)) {
         snprintf(why, nwhy, "over shm:// the calls go through rings only the program's thread writes");
         return 1; /* in one step */
@@ -323,6 +339,7 @@ int fgr_ahead_start(struct fgr_ahead *a, const char *to, struct fgr_conn_saved *
         a->state = NULL;
     }
     if (!a->state) {
+        fgr_conn_drop(&a->undone);
         a->pause = ms_since(t0);
         return -1;
     }
@@ -347,6 +364,7 @@ int fgr_ahead_start(struct fgr_ahead *a, const char *to, struct fgr_conn_saved *
             snprintf(why, nwhy, "%s", no);
         fgr_conn_drop(&a->conn);
         fgr_conn_drop(&a->helper);
+        fgr_conn_drop(&a->undone);
         free(a->tokens);
         free(a->from);
         a->tokens = a->from = NULL;
@@ -360,19 +378,50 @@ int fgr_ahead_start(struct fgr_ahead *a, const char *to, struct fgr_conn_saved *
 
 const char *fgr_ahead_said(const struct fgr_remade *m)
 {
-    static __thread char s[192];
-    if (!m->ahead)
-        return "";
-    static __thread char of[80];
-    of[0] = 0;
-    if (m->ahead_pulled)
-        snprintf(of, sizeof of, ", %.1f MiB of it from the checkpoint before on that server",
-                 m->ahead_pulled / 1048576.0);
-    snprintf(s, sizeof s, "; %.1f MiB copied before, while the program ran%s", m->ahead / 1048576.0, of);
+    static __thread char s[256];
+    int at = 0;
+    s[0] = 0;
+    if (m->ahead)
+        at += snprintf(s, sizeof s, "; %.1f MiB copied before, while the program ran", m->ahead / 1048576.0);
+    if (m->from_before)
+        at += snprintf(s + at, sizeof s - (size_t)at, "%s %.1f MiB of it from the checkpoint before on that server",
+                       at ? "," : ";", m->from_before / 1048576.0);
+    if (m->from_undone)
+        snprintf(s + at, sizeof s - (size_t)at, "%s %.1f MiB of it from an attempt there the program's changes undid",
+                 at ? "," : ";", m->from_undone / 1048576.0);
     return s;
 }
 
 int fgr_ahead_ready(const struct fgr_ahead *a) { return a->loading && __atomic_load_n(&a->done, __ATOMIC_ACQUIRE) != 0; }
+
+/* Whether the GPUs of c's server have room for one more copy of the
+ * ranges and a context on each GPU (the next attempt, beside the one kept
+ * and the checkpoint before): other tenants of those GPUs are not to find
+ * them full. */
+#define CONTEXT_ROOM (512ull << 20) /* about what a context takes of an H100's */
+static int room_for_another(struct fgr_conn_saved *c, const uint8_t *ranges, uint32_t nranges)
+{
+    uint64_t need = 0, room = 0;
+    for (uint32_t i = 0; ranges && i < nranges; i++)
+        need += fgr_word(ranges + 16 * i + 8, 8);
+    fgr_conn_swap(c);
+    int ok = 1;
+    need += need / 8 + (uint64_t)fgr_srv.ndev * CONTEXT_ROOM;
+    for (int d = 0; ok && d < fgr_srv.ndev; d++) {
+        size_t total = 0, reserved = 0, used = 0;
+        ok = fgrNvmlMemory(d, &total, &reserved, &used) == CUDA_SUCCESS;
+        room += ok && total > reserved + used ? total - reserved - used : 0;
+    }
+    fgr_conn_swap(c);
+    return ok && ranges && room >= need;
+}
+
+struct fgr_conn_saved *fgr_ahead_undone(struct fgr_ahead *a, const char *to)
+{
+    return a->undone.fd >= 0 && a->to && to && !strcmp(a->to, to) ? &a->undone : NULL;
+}
+
+void fgr_ahead_drop_undone(struct fgr_ahead *a) { fgr_conn_drop(&a->undone); }
 
 int fgr_ahead_end(struct fgr_ahead *a, char *why, size_t nwhy)
 {
@@ -394,17 +443,23 @@ int fgr_ahead_end(struct fgr_ahead *a, char *why, size_t nwhy)
         no = "no memory to copy device memory";
     } else {
         fgr_conn_swap(&a->conn); /* the new executor current, the program's set aside */
-        int r = fgr_state_copy(ranges, nranges, &a->conn, buf, a->copied, &a->m.bytes, &a->m.pulled, why, nwhy);
+        int r = fgr_state_copy(ranges, nranges, &a->conn, buf, a->copied, NULL, NULL, &a->m, why, nwhy);
         fgr_conn_swap(&a->conn);
         no = r ? why : NULL;
     }
     free(buf);
+    fgr_conn_drop(&a->undone); /* the attempt before: copied from, if it was */
+    int keep = changed && a->m.ahead && a->to && room_for_another(&a->conn, ranges, nranges);
     free(a->state);
     a->state = NULL;
     a->pause = ms_since(t0);
     if (no || changed) {
         if (no && no != why)
             snprintf(why, nwhy, "%s", no);
+        if (keep) {
+            a->undone = a->conn; /* for the next attempt, or the move or checkpoint in one step */
+            a->conn = (struct fgr_conn_saved){.fd = -1};
+        }
         fgr_conn_drop(&a->conn);
         return changed ? -1 : 0;
     }
@@ -422,6 +477,7 @@ void fgr_ahead_abandon(struct fgr_ahead *a)
         free(a->state);
         a->state = NULL;
     }
+    fgr_conn_drop(&a->undone); /* a loader copying from it fails, as it would */
     a->loading = 0;
 }
 
@@ -431,5 +487,7 @@ void fgr_ahead_forked(struct fgr_ahead *a)
         close(a->conn.fd); /* the parent's loader's: it goes on there */
     if (a->loading && a->helper.fd >= 0)
         close(a->helper.fd);
-    *a = (struct fgr_ahead){.conn = {.fd = -1}, .helper = {.fd = -1}};
+    if (a->undone.fd >= 0)
+        close(a->undone.fd); /* the parent's */
+    *a = (struct fgr_ahead){.conn = {.fd = -1}, .helper = {.fd = -1}, .undone = {.fd = -1}};
 }

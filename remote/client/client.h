@@ -314,8 +314,10 @@ void fgr_failover_forked(void);
 #define FGR_COPY_BUF (64u << 20)
 uint8_t *fgr_state_save(uint64_t *n, char *why, size_t nwhy);
 int fgr_state_load(const uint8_t *p, uint64_t n, char *why, size_t nwhy);
+struct fgr_remade;
 int fgr_state_copy(const uint8_t *ranges, uint32_t nranges, struct fgr_conn_saved *old, uint8_t *buf, int ahead,
-                   uint64_t *total, uint64_t *pulled, char *why, size_t nwhy);
+                   struct fgr_conn_saved *undone, struct fgr_conn_saved *before, struct fgr_remade *m, char *why,
+                   size_t nwhy);
 const char *fgr_same_gpus(const struct fgr_server *a, const struct fgr_server *b);
 uint64_t fgr_word(const uint8_t *p, int n); /* n little-endian bytes */
 /* Whether the program's state can be made again at to (0, having written
@@ -325,14 +327,21 @@ int fgr_state_movable(const char *to, char *why, size_t nwhy);
 const uint8_t *fgr_state_ranges(const uint8_t *state, uint64_t n, uint32_t *nranges, char *why, size_t nwhy);
 /* The whole of it, to the server to: 1 when the state was made again
  * there (its connection in *made, the current one unchanged), else 0
- * having written why (nothing made). What it took in *m. */
+ * having written why (nothing made). What it took in *m. Between hosts,
+ * undone and before (or NULL): executors of the target's server that hold
+ * an older copy of the program's memory (an attempt the program's changes
+ * undid, the checkpoint before); a range one of them holds is copied from
+ * it there, device to device, and then only its blocks whose sums differ
+ * from the program's cross between the hosts. */
 struct fgr_remade {
     uint64_t state, bytes, pulled; /* the state's bytes, device memory copied, of it device to device */
     uint64_t ahead;                /* device memory copied before, while the program ran (between hosts) */
-    uint64_t ahead_pulled;         /* of it, from the target's checkpoint before, device to device there */
+    uint64_t from_before;          /* of the device memory, from the target's checkpoint before, device to device there */
+    uint64_t from_undone;          /* ... from an attempt there the program's changes undid */
     unsigned ms, at[3];            /* ms it took; when the state was read, the target reached, the state made again */
 };
-int fgr_state_remake(const char *to, struct fgr_conn_saved *made, struct fgr_remade *m, char *why, size_t nwhy);
+int fgr_state_remake(const char *to, struct fgr_conn_saved *undone, struct fgr_conn_saved *before,
+                     struct fgr_conn_saved *made, struct fgr_remade *m, char *why, size_t nwhy);
 /* The same in two steps (ahead.c), each with the program paused: start
  * (before: the target's connection that holds the checkpoint before, or
  * NULL; 0; 1 when only one step can be made, to shm://; -1 having written why);
@@ -343,9 +352,18 @@ int fgr_state_remake(const char *to, struct fgr_conn_saved *made, struct fgr_rem
  * times in a row (a training allocates every few seconds; its structure
  * takes about a second to make), then in one. */
 #define FGR_AHEAD_TRIES 3
-enum { FGR_AHEAD_PULL = 1, FGR_AHEAD_READ = 2 }; /* from the target's checkpoint before, or read on the old server */
+/* Where the loader copies a range from: the target's checkpoint before, the
+ * old server (read), the attempt before there that the program undid. */
+enum { FGR_AHEAD_PULL = 1, FGR_AHEAD_READ = 2, FGR_AHEAD_UNDONE = 3 };
 struct fgr_ahead {
     struct fgr_conn_saved conn;
+    /* Between hosts, an attempt the program's changes undid, kept (where
+     * the target has room for another copy) for the next attempt at the
+     * same target (to) to copy from there, device to device, or a move or
+     * checkpoint in one step; let go at the end of that. The program's
+     * thread's alone. */
+    struct fgr_conn_saved undone;
+    char *to;
     /* Between hosts: another connection to the old server, and each
      * range's token, with which the loader copies device memory ahead. */
     struct fgr_conn_saved helper;
@@ -369,6 +387,13 @@ int fgr_ahead_ready(const struct fgr_ahead *a);
 const char *fgr_ahead_said(const struct fgr_remade *m);
 int fgr_ahead_end(struct fgr_ahead *a, char *why, size_t nwhy);
 void fgr_ahead_abandon(struct fgr_ahead *a);
+/* Of the ranges not yet placed (src[i] 0), those the executor of c (or
+ * none) holds on the target's server: their tokens there, src[i] = kind. */
+void fgr_state_held(struct fgr_conn_saved *c, uint8_t kind, const uint8_t *ranges, uint32_t nranges, uint8_t *tokens,
+                    uint8_t *src);
+/* The undone attempt kept at to, if any (NULL), and letting it go. */
+struct fgr_conn_saved *fgr_ahead_undone(struct fgr_ahead *a, const char *to);
+void fgr_ahead_drop_undone(struct fgr_ahead *a);
 void fgr_ahead_forked(struct fgr_ahead *a);
 int fgr_conn_dial(const char *addr, struct fgr_conn_saved *old);
 const char *fgr_conn_address(void); /* the server's, as dialled */

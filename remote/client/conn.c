@@ -1601,7 +1601,11 @@ CUresult fgr_end(struct fgr_call *c)
         r = lost("a malformed answer", 0);
     int op = c->op;
     release(c);
-    if (r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY && fgr_log_errors() && fgr_op_names[op])
+    /* A move's or checkpoint's own asks (fgrState*) fail as they probe
+     * (a range another executor lacks, a host out of reach): what they
+     * made is said by the move or checkpoint. */
+    if (r != CUDA_SUCCESS && r != CUDA_ERROR_NOT_READY && fgr_log_errors() && fgr_op_names[op] &&
+        strncmp(fgr_op_names[op], "fgrState", 8))
         fgr_log_error(fgr_op_names[op], r);
     else if (r == CUDA_ERROR_NOT_READY && log_setting() == LOG_TRACE && fgr_op_names[op])
         fgr_say("[%d] %s: not ready", (int)syscall(SYS_gettid), fgr_op_names[op]);

@@ -457,7 +457,7 @@ static void paused(unsigned ms)
 
 
 /* Checkpoints are taken in two steps where they can be (ahead.c). */
-static struct fgr_ahead ahead = {.conn = {.fd = -1}, .helper = {.fd = -1}};
+static struct fgr_ahead ahead = {.conn = {.fd = -1}, .helper = {.fd = -1}, .undone = {.fd = -1}};
 static unsigned changed; /* two-step checkpoints in a row the structure changed under */
 /* Attempts in two steps before one: FGR_AHEAD_TRIES, one after a checkpoint
  * that all of them failed (a program changing its structure all the time
@@ -512,7 +512,8 @@ void fgr_checkpoint(void)
     changed = 0;
     struct fgr_conn_saved made;
     struct fgr_remade m;
-    int ok = fgr_state_remake(to, &made, &m, why, sizeof why);
+    int ok = fgr_state_remake(to, fgr_ahead_undone(&ahead, to), &standby, &made, &m, why, sizeof why);
+    fgr_ahead_drop_undone(&ahead);
     m.at[2] = m.ms - m.at[2]; /* the time the device memory took */
     paused(m.ms);
     if (overtaken(before, &made))
@@ -622,7 +623,7 @@ static int placed_elsewhere(const struct kept *k, const uint8_t *a, uint32_t n, 
 int fgr_failover_take(struct fgr_conn_saved *s, const char *lost_why)
 {
     on = 0;
-    fgr_ahead_abandon(&ahead); /* a checkpoint under way */
+    fgr_ahead_abandon(&ahead); /* a checkpoint under way, or an attempt kept */
     if (!have_standby) {
         fgr_say("lost the GPU server (%s), and there is no failover server to go on at: %s; CUDA calls now fail with "
                 "CUDA_ERROR_DEVICE_UNAVAILABLE", lost_why, last_why[0] ? last_why : "no checkpoint was taken");

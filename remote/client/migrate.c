@@ -146,34 +146,66 @@ static int copy_changed(uint64_t base, uint64_t size, struct fgr_conn_saved *old
     return 0;
 }
 
+/* The ranges not yet placed that the executor src holds (an older copy,
+ * on the target's host) copied from it by the new one (current), device to
+ * device: placed as kind, counted in *from and m. */
+static void seed(const uint8_t *ranges, uint32_t nranges, struct fgr_conn_saved *src, uint8_t kind, uint8_t *placed,
+                 uint8_t *tokens, uint64_t *from, struct fgr_remade *m)
+{
+    fgr_state_held(src, kind, ranges, nranges, tokens, placed);
+    for (uint32_t j = 0; j < nranges; j++) {
+        uint64_t base = fgr_word(ranges + 16 * j, 8), size = fgr_word(ranges + 16 * j + 8, 8);
+        if (placed[j] != kind)
+            continue;
+        if (fgrStatePull(tokens + 64 * j, base, size) != CUDA_SUCCESS) {
+            placed[j] = 0;
+            continue;
+        }
+        m->bytes += size;
+        m->pulled += size;
+        *from += size;
+    }
+}
+
 /* The device ranges' bytes, old (set aside) to new (current), through buf
- * (FGR_COPY_BUF bytes); the bytes copied in *total, of them device to device
- * in *pulled. */
+ * (FGR_COPY_BUF bytes); the bytes copied in m->bytes, of them device to
+ * device in m->pulled. */
 int fgr_state_copy(const uint8_t *ranges, uint32_t nranges, struct fgr_conn_saved *old, uint8_t *buf, int ahead,
-                   uint64_t *total, uint64_t *pulled, char *why, size_t nwhy)
+                   struct fgr_conn_saved *undone, struct fgr_conn_saved *before, struct fgr_remade *m, char *why,
+                   size_t nwhy)
 {
     int pull = !ahead;
-    for (uint32_t i = 0; i < nranges; i++) {
+    uint8_t *placed = NULL, *tokens = NULL; /* where the target's host holds a copy */
+    uint32_t i = 0;
+    for (; i < nranges; i++) {
         uint64_t base = fgr_word(ranges + 16 * i, 8), size = fgr_word(ranges + 16 * i + 8, 8);
         /* On one host, device to device: the new executor copies from the
-         * old one's pages (another host's it cannot reach: not tried again). */
+         * old one's pages (another host's it cannot reach: not tried again,
+         * the copies on the target's host taken where there are some). */
         if (pull) {
             uint8_t token[64];
             fgr_conn_swap(old);
             CUresult r = fgrStateShare(base, size, token);
             fgr_conn_swap(old);
             if (r == CUDA_SUCCESS && (r = fgrStatePull(token, base, size)) == CUDA_SUCCESS) {
-                *total += size;
-                *pulled += size;
+                m->bytes += size;
+                m->pulled += size;
                 continue;
             }
             pull = r != CUDA_ERROR_NOT_FOUND;
+            if (!pull && (undone || before) && (placed = calloc(nranges, 1)) && (tokens = calloc(nranges, 64))) {
+                memset(placed, 0xff, i); /* copied already */
+                seed(ranges, nranges, undone, FGR_AHEAD_UNDONE, placed, tokens, &m->from_undone, m);
+                seed(ranges, nranges, before, FGR_AHEAD_PULL, placed, tokens, &m->from_before, m);
+            }
         }
-        if (ahead ? copy_changed(base, size, old, buf, total, why, nwhy)
-                  : copy_bytes(base, size, old, buf, total, why, nwhy))
-            return -1;
+        if (ahead || (placed && placed[i]) ? copy_changed(base, size, old, buf, &m->bytes, why, nwhy)
+                                           : copy_bytes(base, size, old, buf, &m->bytes, why, nwhy))
+            break;
     }
-    return 0;
+    free(placed);
+    free(tokens);
+    return i == nranges ? 0 : -1;
 }
 
 int fgr_state_movable(const char *to, char *why, size_t nwhy)
@@ -199,7 +231,8 @@ const uint8_t *fgr_state_ranges(const uint8_t *state, uint64_t n, uint32_t *nran
     return state + 28;
 }
 
-int fgr_state_remake(const char *to, struct fgr_conn_saved *made, struct fgr_remade *m, char *why, size_t nwhy)
+int fgr_state_remake(const char *to, struct fgr_conn_saved *undone, struct fgr_conn_saved *before,
+                     struct fgr_conn_saved *made, struct fgr_remade *m, char *why, size_t nwhy)
 {
     struct timespec t0;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -221,7 +254,7 @@ int fgr_state_remake(const char *to, struct fgr_conn_saved *made, struct fgr_rem
             snprintf(why, nwhy, "%s", fgr_same_gpus(&made->srv, &fgr_srv));
         else if ((m->at[1] = (unsigned)ms_since(&t0), fgr_state_load(state, n, why, nwhy) == 0) &&
                  (m->at[2] = (unsigned)ms_since(&t0),
-                  fgr_state_copy(ranges, nranges, made, buf, 0, &m->bytes, &m->pulled, why, nwhy) == 0))
+                  fgr_state_copy(ranges, nranges, made, buf, 0, undone, before, m, why, nwhy) == 0))
             done = 1;
     }
     free(state);
@@ -231,6 +264,11 @@ int fgr_state_remake(const char *to, struct fgr_conn_saved *made, struct fgr_rem
     m->ms = (unsigned)ms_since(&t0);
     return done;
 }
+
+/* A move under way in two steps (ahead.c): the first made when asked,
+ * the second once the new executor holds the structure. */
+static struct fgr_ahead moving = {.conn = {.fd = -1}, .helper = {.fd = -1}, .undone = {.fd = -1}};
+static char *moving_to;
 
 /* A move in two steps: its attempts, and what the earlier ones paused. */
 static unsigned moving_tries, moving_paused;
@@ -263,10 +301,10 @@ static void move_ended(int moved, struct fgr_conn_saved *made, const struct fgr_
                     m->state / 1048576.0, fgr_ahead_said(m), m->at[0], m->at[1]);
         else
             fgr_say("moved to the GPU server %s (%s%sthe program paused %u ms; %.1f MiB of device memory copied, %.1f "
-                    "MiB of it device to device, and %.1f MiB of state; at %u ms the state was read, at %u the target "
+                    "MiB of it device to device, and %.1f MiB of state%s; at %u ms the state was read, at %u the target "
                     "reached, at %u the state made again there)",
                     to, again, *again ? " " : "", m->ms, m->bytes / 1048576.0, m->pulled / 1048576.0,
-                    m->state / 1048576.0, m->at[0], m->at[1], m->at[2]);
+                    m->state / 1048576.0, fgr_ahead_said(m), m->at[0], m->at[1], m->at[2]);
     } else {
         fgr_say("stays on this GPU server: %s", why);
     }
@@ -279,15 +317,12 @@ static void move_now(const char *to, unsigned before)
     char why[1024] = "";
     struct fgr_conn_saved made;
     struct fgr_remade m;
-    int moved = fgr_state_remake(to, &made, &m, why, sizeof why);
+    int moved = fgr_state_remake(to, fgr_ahead_undone(&moving, to), NULL, &made, &m, why, sizeof why);
+    fgr_ahead_drop_undone(&moving);
     m.ms += before;
     move_ended(moved, &made, &m, to, why, 1);
 }
 
-/* A move under way in two steps (ahead.c): the first made when asked,
- * the second once the new executor holds the structure. */
-static struct fgr_ahead moving = {.conn = {.fd = -1}, .helper = {.fd = -1}};
-static char *moving_to;
 
 void fgr_move(const char *to)
 {

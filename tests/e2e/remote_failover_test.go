@@ -337,6 +337,52 @@ func TestRemoteFailoverChangingState(t *testing.T) {
 	h.finishAtFailover(t, local)
 }
 
+// The same between hosts (the failover server in a network namespace of its
+// own), with a 64 MiB buffer a kernel changes while held: each attempt in
+// two steps copies the program's memory ahead, and is undone; the last is
+// kept on the failover server where its GPU has room for another copy, and
+// the checkpoint in one step copies the memory from there, or else from
+// the checkpoint before, device to device, so that only the blocks that
+// changed cross between the hosts at the pause.
+func TestRemoteFailoverBetweenHostsChangingState(t *testing.T) {
+	for _, c := range []struct {
+		name, gpu, from string
+	}{
+		{"room", "", "from an attempt there the program's changes undid"},
+		// 1 GiB: a checkpoint and an attempt (a context of 300 MiB and
+		// 68 MiB each), not one more.
+		{"no room", "FLEXGV_SIM_MEM=1GiB", "from the checkpoint before on that server"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e := newEnv(t)
+			if c.gpu != "" {
+				e.extra = append(e.extra, c.gpu)
+			}
+			local := runsLocally(t, e, []string{"mover", "6", "0", "-", "-", "churn"}, "done")
+			h := startHeldFailoverOn(t, e, e.serveNamed("a", "unix"), e.serveApart("b", "unix"), "busy,grow,churn")
+			h.said("(in one step, after 1 in two steps the program's changes undid;")
+			h.finishAtFailover(t, local)
+			one := regexp.MustCompile(`in one step, after \d in two steps the program's changes undid; the program paused \d+ ms; ([\d.]+) MiB of device memory, ([\d.]+) MiB of it device to device, [\d.]+ MiB of state(.*)\)`)
+			seeded := 0
+			for _, m := range one.FindAllStringSubmatch(h.errb.String(), -1) {
+				var all, d2d float64
+				fmt.Sscan(m[1], &all)
+				fmt.Sscan(m[2], &d2d)
+				if !strings.Contains(m[3], "MiB of it "+c.from) {
+					continue // the first: nothing before it there
+				}
+				seeded++
+				if all-d2d > 8 {
+					t.Errorf("a checkpoint in one step copied %.1f MiB between the hosts at its pause (%s):\n%s", all-d2d, m[0], h.errb.String())
+				}
+			}
+			if seeded == 0 {
+				t.Errorf("no checkpoint in one step copied its memory %s:\n%s", c.from, h.errb.String())
+			}
+		})
+	}
+}
+
 // The failover settings the program's library reads: a bad one is said and
 // CUDA refused (no run without the failover asked for), never a silent
 // default.

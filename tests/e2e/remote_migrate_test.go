@@ -585,6 +585,43 @@ func TestRemoteMigrateChangingState(t *testing.T) {
 	}
 }
 
+// The same to a server between hosts (in a network namespace of its own),
+// with a 64 MiB buffer a kernel changes while held: the last attempt in two
+// steps, whose memory was copied ahead, is kept on the target, and the move
+// in one step copies from it there, device to device, so that only the
+// blocks that changed since cross between the hosts at the pause.
+func TestRemoteMigrateBetweenHostsChangingState(t *testing.T) {
+	p := movedApart(t, "busy,grow,churn")
+	said := regexp.MustCompile(`\(in one step: the program changed its state under 3 in two steps; the program paused \d+ ms; ([\d.]+) MiB of device memory copied, ([\d.]+) MiB of it device to device, and [\d.]+ MiB of state; ([\d.]+) MiB of it from an attempt there the program's changes undid;`).FindStringSubmatch(p.stderr)
+	if said == nil {
+		t.Fatalf("the program did not say it moved in one step from the attempt before:\n%s", p.stderr)
+	}
+	var all, d2d float64
+	fmt.Sscan(said[1], &all)
+	fmt.Sscan(said[2], &d2d)
+	if d2d < 66 || all-d2d > 4 {
+		t.Errorf("%.1f MiB copied, %.1f MiB of it device to device on the target: %.1f MiB crossed at the pause\n%s", all, d2d, all-d2d, p.stderr)
+	}
+}
+
+// movedApart runs the mover in mode, its first buffer churned, and moves
+// it to a server in a network namespace of its own: the moved program
+// ends as a run that never moved.
+func movedApart(t *testing.T, mode string) result {
+	t.Helper()
+	e := newEnv(t)
+	local := runsLocally(t, e, []string{"mover", "6", "0", "-", "-", "churn"}, "done")
+	a, b := e.serveNamed("a", "unix"), e.serveApart("b", "unix")
+	m, p := moverRunAs(t, e, mode, a, b)
+	if m.code != 0 || !strings.Contains(m.stdout, "moved to "+b.addr) {
+		t.Errorf("flexgv migrate: exit %d\n%s%s", m.code, m.stdout, m.stderr)
+	}
+	if p.code != 0 || p.stdout != local.stdout {
+		t.Errorf("the moved program: exit %d\n%s\nwant\n%s\n%s", p.code, p.stdout, local.stdout, p.stderr)
+	}
+	return p
+}
+
 // result sends op with ctx and args and returns the CUresult it answered.
 func (r *rawConn) result(name string, ctx uint64, args w) uint32 {
 	r.t.Helper()
@@ -671,16 +708,7 @@ func TestRemoteMigrateTargetRunsOut(t *testing.T) {
 // buffer a kernel keeps changing while it is held, ends with every byte
 // right and the output of a run that never moved.
 func TestRemoteMigrateBetweenHosts(t *testing.T) {
-	e := newEnv(t)
-	local := runsLocally(t, e, []string{"mover", "6", "0", "-", "-", "churn"}, "done")
-	a, b := e.serveNamed("a", "unix"), e.serveApart("b", "unix")
-	m, p := moverRunAs(t, e, "busy,churn", a, b)
-	if m.code != 0 || !strings.Contains(m.stdout, "moved to "+b.addr) {
-		t.Errorf("flexgv migrate: exit %d\n%s%s", m.code, m.stdout, m.stderr)
-	}
-	if p.code != 0 || p.stdout != local.stdout {
-		t.Errorf("the moved program: exit %d\n%s\nwant\n%s\n%s", p.code, p.stdout, local.stdout, p.stderr)
-	}
+	p := movedApart(t, "busy,churn")
 	said := regexp.MustCompile(`moved to the GPU server \S+ \(in two steps: [^;]*; ([\d.]+) MiB of device memory copied, ([\d.]+) MiB of it device to device, and [\d.]+ MiB of state; ([\d.]+) MiB copied before, while the program ran`).FindStringSubmatch(p.stderr)
 	if said == nil {
 		t.Fatalf("the program did not say it moved with its memory copied ahead:\n%s", p.stderr)
