@@ -234,6 +234,7 @@ static void *loader(void *arg)
     if (__atomic_exchange_n(&ahead->claimed, 1, __ATOMIC_ACQ_REL)) { /* given up: the server was lost meanwhile */
         fgr_conn_drop(&ahead->conn);
         free(ahead->state);
+        __atomic_store_n(&ahead->gone, 1, __ATOMIC_RELEASE); /* the struct is the program's again */
     }
     return NULL;
 }
@@ -317,6 +318,11 @@ int fgr_ahead_start(struct fgr_ahead *a, const char *to, struct fgr_conn_saved *
     uint32_t nranges;
     const uint8_t *ranges = NULL;
     struct fgr_conn_saved undone = {.fd = -1};
+    if (a->orphaned && !__atomic_load_n(&a->gone, __ATOMIC_ACQUIRE)) {
+        snprintf(why, nwhy, "the attempt given up before is still ending");
+        a->pause = 0;
+        return -1;
+    }
     if (fgr_ahead_undone(a, to)) { /* kept for this attempt */
         undone = a->undone;
         a->undone = (struct fgr_conn_saved){.fd = -1};
@@ -476,6 +482,8 @@ void fgr_ahead_abandon(struct fgr_ahead *a)
         fgr_conn_drop(&a->conn);
         free(a->state);
         a->state = NULL;
+    } else if (a->loading) {
+        a->orphaned = 1; /* the loader still at work, on this struct */
     }
     fgr_conn_drop(&a->undone); /* a loader copying from it fails, as it would */
     a->loading = 0;

@@ -378,6 +378,7 @@ struct fgr_ahead {
     int loading; /* the loader was started ... */
     int done;    /* ... and ended: 1 made, 2 not (why) */
     int claimed; /* the loader ended, or the program gave it up */
+    int orphaned, gone; /* given up while the loader ran; and that loader since ended: a new attempt may start */
     char why[256];
 };
 int fgr_ahead_start(struct fgr_ahead *a, const char *to, struct fgr_conn_saved *before, char *why, size_t nwhy);
