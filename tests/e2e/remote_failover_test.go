@@ -349,9 +349,10 @@ func TestRemoteFailoverBetweenHostsChangingState(t *testing.T) {
 		name, gpu, from string
 	}{
 		{"room", "", "from an attempt there the program's changes undid"},
-		// 1 GiB: a checkpoint and an attempt (a context of 300 MiB and
-		// 68 MiB each), not one more.
-		{"no room", "FLEXGV_SIM_MEM=1GiB", "from the checkpoint before on that server"},
+		// 1200 MiB: a checkpoint and an attempt (a context of 300 MiB and
+		// 68 MiB each) and room for a third (an executor let go that has
+		// not yet ended), not for the context and copy a fourth would need.
+		{"no room", "FLEXGV_SIM_MEM=1200MiB", "from the checkpoint before on that server"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t)
