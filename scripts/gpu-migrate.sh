@@ -3,10 +3,11 @@
 # (flexgv migrate), after make: an uninterrupted remote run, then the same
 # run moved from server a to server b mid-run, over unix sockets and over
 # loopback TCP, and to a server in a network namespace of its own (whose
-# executors cannot reach this host's others' memory, as on another host):
-# the losses bit for bit, the ballast intact, the pause the program saw and
-# the device memory that moved.
-#     [PAIRS="unix tcp apart"] scripts/gpu-migrate.sh [STEPS] [HOLD_GIB] [OUT]
+# executors cannot reach this host's others' memory, as on another host),
+# and with PAIRS=gpus from a server of GPU 0 to one of GPU 1 (--gpus, on a
+# host of two): the losses bit for bit, the ballast intact, the pause the
+# program saw and the device memory that moved.
+#     [PAIRS="unix tcp apart gpus"] scripts/gpu-migrate.sh [STEPS] [HOLD_GIB] [OUT]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${1:-3000}
@@ -38,7 +39,15 @@ for p in $PAIRS; do
         else
             echo "SKIP: no network namespace here (unshare --net), so no move as between hosts"
         fi ;;
-    *) echo "PAIRS: unknown pair $p (unix, tcp, apart)"; exit 2 ;;
+    gpus)
+        if [ "$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')" -ge 2 ]; then
+            serve "unix://$tmp/g0.sock" "--gpus 0" g0
+            serve "unix://$tmp/g1.sock" "--gpus 1" g1
+            pairs+=("unix://$tmp/g0.sock unix://$tmp/g1.sock")
+        else
+            echo "SKIP: fewer than two GPUs here, so no move between GPUs"
+        fi ;;
+    *) echo "PAIRS: unknown pair $p (unix, tcp, apart, gpus)"; exit 2 ;;
     esac
 done
 sleep 2

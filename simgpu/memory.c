@@ -1112,6 +1112,10 @@ SIM_EXPORT CUresult cuMemImportFromShareableHandle(CUmemGenericAllocationHandle 
     if (sscanf(target, "/memfd:flexgv-sim-vmm-%d", &dev) != 1 || dev < 0 || dev >= SIM_MAX_DEVICES ||
         fstat(fd, &st) != 0 || st.st_size <= 0 || st.st_size % SIM_GRANULARITY)
         return CUDA_ERROR_INVALID_VALUE;
+    /* Memory of a GPU this process does not see (CUDA_VISIBLE_DEVICES):
+     * the driver refuses it so (NCCL between containers of one GPU each). */
+    if (dev >= sim->cfg.devices || sim_ordinal(dev) < 0)
+        return CUDA_ERROR_INVALID_DEVICE;
     struct sim_vmm *h = calloc(1, sizeof *h);
     int own = fcntl(fd, F_DUPFD_CLOEXEC, 0);
     if (!h || own < 0) {

@@ -275,15 +275,22 @@ static CUresult copy(CUdeviceptr p, size_t n, void *to, const void *from)
 
 /* The pages a token of another executor of this host names, mapped here
  * for as long as the copy into dst takes (n 0: only whether they can be
- * reached from here). */
+ * reached from here). Pages this executor cannot take (another host's, or
+ * a GPU it does not see, as a server's --gpus leaves it) are not found:
+ * the client then copies them itself. */
 static CUresult state_pull(const void *token, CUdeviceptr dst, size_t n)
 {
     uint64_t size, off, len;
+    CUmemGenericAllocationHandle h;
     if (token && !n) {
         int fd = fgr_ipc_fetch(token, &size, &off, &len);
         if (fd < 0)
             return CUDA_ERROR_NOT_FOUND;
+        CUresult r = d.import_fd(&h, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
         close(fd);
+        if (r != CUDA_SUCCESS)
+            return CUDA_ERROR_NOT_FOUND;
+        d.release(h);
         return CUDA_SUCCESS;
     }
     dst = fgr_moved(dst);
@@ -292,12 +299,14 @@ static CUresult state_pull(const void *token, CUdeviceptr dst, size_t n)
     int fd = fgr_ipc_fetch(token, &size, &off, &len);
     if (fd < 0)
         return CUDA_ERROR_NOT_FOUND; /* another host's, or gone */
-    CUmemGenericAllocationHandle h;
-    CUresult r = len != n ? CUDA_ERROR_INVALID_VALUE
-                          : d.import_fd(&h, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    if (len != n) {
+        close(fd);
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+    CUresult r = d.import_fd(&h, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
     close(fd);
     if (r != CUDA_SUCCESS)
-        return r;
+        return CUDA_ERROR_NOT_FOUND;
     int pushed = fgr_some_context();
     CUdeviceptr va = 0;
     CUdevice dev = 0;
@@ -306,7 +315,8 @@ static CUresult state_pull(const void *token, CUdeviceptr dst, size_t n)
             CUmemAccessDesc a = {{CU_MEM_LOCATION_TYPE_DEVICE, 0}, CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
             if ((r = d.ctx_device(&dev)) == CUDA_SUCCESS) {
                 a.location.id = dev;
-                r = d.access(va, size, &a, 1);
+                if (d.access(va, size, &a, 1) != CUDA_SUCCESS)
+                    r = CUDA_ERROR_NOT_FOUND; /* another GPU's, without peer access */
             }
             if (r == CUDA_SUCCESS && (r = d.dtod(dst, va + off, n)) == CUDA_SUCCESS)
                 r = d.sync(); /* done before the pages go */

@@ -604,6 +604,34 @@ func TestRemoteMigrateBetweenHostsChangingState(t *testing.T) {
 	}
 }
 
+// A move between the two GPUs of one host, served by two servers of one
+// GPU each (--gpus): the target's executor does not see the old GPU, whose
+// memory its driver will not import (CUDA_ERROR_INVALID_DEVICE), so the
+// memory is copied ahead through the client as between hosts, and only
+// what changed meanwhile at the pause; the program prints what an unmoved
+// run prints.
+func TestRemoteMigrateBetweenGPUs(t *testing.T) {
+	e := newEnv(t)
+	e.extra = append(e.extra, "FLEXGV_SIM_DEVICES=2")
+	local := runsLocally(t, e, []string{"mover", "6", "0", "-", "-", "churn"}, "done")
+	a, b := e.serveNamed("a", "unix", "--gpus", "0"), e.serveNamed("b", "unix", "--gpus", "1")
+	m, p := moverRunAs(t, e, "busy,churn", a, b)
+	if m.code != 0 || p.code != 0 || p.stdout != local.stdout {
+		t.Fatalf("flexgv migrate: exit %d\n%s%s\nthe moved program: exit %d\n%s\nwant\n%s\n%s",
+			m.code, m.stdout, m.stderr, p.code, p.stdout, local.stdout, p.stderr)
+	}
+	said := regexp.MustCompile(`\(in two steps: [^;]*; ([\d.]+) MiB of device memory copied, ([\d.]+) MiB of it device to device, and [\d.]+ MiB of state; ([\d.]+) MiB copied before, while the program ran`).FindStringSubmatch(p.stderr)
+	if said == nil {
+		t.Fatalf("the program did not say it moved with its memory copied ahead:\n%s", p.stderr)
+	}
+	var paused, ahead float64
+	fmt.Sscan(said[1], &paused)
+	fmt.Sscan(said[3], &ahead)
+	if said[2] != "0.0" || paused > 4 || ahead < 66 {
+		t.Errorf("%s MiB at the pause (%s device to device), %s ahead:\n%s", said[1], said[2], said[3], p.stderr)
+	}
+}
+
 // movedApart runs the mover in mode, its first buffer churned, and moves
 // it to a server in a network namespace of its own: the moved program
 // ends as a run that never moved.
