@@ -400,26 +400,26 @@ const char *fgr_ahead_said(const struct fgr_remade *m)
 
 int fgr_ahead_ready(const struct fgr_ahead *a) { return a->loading && __atomic_load_n(&a->done, __ATOMIC_ACQUIRE) != 0; }
 
-/* Whether the GPUs of c's server have room for one more copy of the
- * ranges and a context on each GPU (the next attempt, beside the one kept
- * and the checkpoint before): other tenants of those GPUs are not to find
- * them full. */
+/* Whether each GPU of c's server has room for one more copy of the ranges
+ * and a context (the next attempt, beside the one kept and the checkpoint
+ * before; the ranges' GPUs are not told apart, so each is asked for all):
+ * other tenants of those GPUs are not to find them full. */
 #define CONTEXT_ROOM (512ull << 20) /* about what a context takes of an H100's */
 static int room_for_another(struct fgr_conn_saved *c, const uint8_t *ranges, uint32_t nranges)
 {
-    uint64_t need = 0, room = 0;
+    uint64_t need = 0;
     for (uint32_t i = 0; ranges && i < nranges; i++)
         need += fgr_word(ranges + 16 * i + 8, 8);
+    need += need / 8 + CONTEXT_ROOM;
     fgr_conn_swap(c);
-    int ok = 1;
-    need += need / 8 + (uint64_t)fgr_srv.ndev * CONTEXT_ROOM;
+    int ok = ranges != NULL && fgr_srv.ndev > 0;
     for (int d = 0; ok && d < fgr_srv.ndev; d++) {
         size_t total = 0, reserved = 0, used = 0;
-        ok = fgrNvmlMemory(d, &total, &reserved, &used) == CUDA_SUCCESS;
-        room += ok && total > reserved + used ? total - reserved - used : 0;
+        ok = fgrNvmlMemory(d, &total, &reserved, &used) == CUDA_SUCCESS && total > reserved + used &&
+             total - reserved - used >= need;
     }
     fgr_conn_swap(c);
-    return ok && ranges && room >= need;
+    return ok;
 }
 
 struct fgr_conn_saved *fgr_ahead_undone(struct fgr_ahead *a, const char *to)

@@ -347,17 +347,26 @@ func TestRemoteFailoverChangingState(t *testing.T) {
 func TestRemoteFailoverBetweenHostsChangingState(t *testing.T) {
 	for _, c := range []struct {
 		name, gpu, from string
+		full            bool // the target host's second GPU held full by another program
 	}{
-		{"room", "", "from an attempt there the program's changes undid"},
+		{"room", "", "from an attempt there the program's changes undid", false},
 		// 1200 MiB: a checkpoint and an attempt (a context of 300 MiB and
 		// 68 MiB each) and room for a third (an executor let go that has
 		// not yet ended), not for the context and copy a fourth would need.
-		{"no room", "FLEXGV_SIM_MEM=1200MiB", "from the checkpoint before on that server"},
+		{"no room", "FLEXGV_SIM_MEM=1200MiB", "from the checkpoint before on that server", false},
+		// Each GPU is asked for room: the program's has plenty, the other
+		// none, and the ranges' GPU is not told apart.
+		{"another GPU full", "FLEXGV_SIM_DEVICES=2", "from the checkpoint before on that server", true},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t)
 			if c.gpu != "" {
 				e.extra = append(e.extra, c.gpu)
+			}
+			if c.full { // 16 GiB less a context and 100 MiB, on the target host's GPU 1
+				env := append(e.environ(filepath.Join(build, "sim")), "FLEXGV_SIM_STATE="+filepath.Join(e.dir, "b-gpu.state"),
+					"CUDA_VISIBLE_DEVICES=1")
+				e.spawnWith(t, env, "holder", "15984").waitFor(t, "ready")
 			}
 			local := runsLocally(t, e, []string{"mover", "6", "0", "-", "-", "churn"}, "done")
 			h := startHeldFailoverOn(t, e, e.serveNamed("a", "unix"), e.serveApart("b", "unix"), "busy,grow,churn")
