@@ -415,8 +415,8 @@ static int room_for_another(struct fgr_conn_saved *c, const uint8_t *ranges, uin
     int ok = ranges != NULL && fgr_srv.ndev > 0;
     for (int d = 0; ok && d < fgr_srv.ndev; d++) {
         size_t total = 0, reserved = 0, used = 0;
-        ok = fgrNvmlMemory(d, &total, &reserved, &used) == CUDA_SUCCESS && total > reserved + used &&
-             total - reserved - used >= need;
+        ok = fgrNvmlMemory(d, &total, &reserved, &used) == CUDA_SUCCESS && reserved <= total &&
+             used <= total - reserved && total - reserved - used >= need; /* no sum that wraps */
     }
     fgr_conn_swap(c);
     return ok;

@@ -286,11 +286,14 @@ static CUresult state_pull(const void *token, CUdeviceptr dst, size_t n)
         int fd = fgr_ipc_fetch(token, &size, &off, &len);
         if (fd < 0)
             return CUDA_ERROR_NOT_FOUND;
+        /* Refused for a GPU not seen here; any other answer (this
+         * executor holds no context yet) leaves the pull to find out. */
         CUresult r = d.import_fd(&h, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
         close(fd);
-        if (r != CUDA_SUCCESS)
+        if (r == CUDA_ERROR_INVALID_DEVICE)
             return CUDA_ERROR_NOT_FOUND;
-        d.release(h);
+        if (r == CUDA_SUCCESS)
+            d.release(h);
         return CUDA_SUCCESS;
     }
     dst = fgr_moved(dst);
