@@ -28,6 +28,13 @@
 #define FGR_LOG_MAX (64u << 10)
 /* The bytes one call of a move between servers carries (fgrState*). */
 #define FGR_STATE_PIECE (1u << 20)
+/* Why a move's or checkpoint's drain of the program's work gave up
+ * (remote/executor/move.c): fgrStateMark's result CUDA_ERROR_NOT_READY or
+ * CUDA_ERROR_TIMEOUT, fgrStateSave's why. */
+#define FGR_DRAIN_HOSTFN                                                                                                \
+    "a host function of the program's ran on for 250 ms while its work was drained (it may wait for the program, "   \
+    "which the drain pauses)"
+#define FGR_DRAIN_SLOW "the program's device work did not finish in 10 s (it may wait for the program, which the drain pauses)"
 
 enum { FGR_OPT_SEND, FGR_OPT_KEEP, FGR_OPT_UNKNOWN, FGR_OPT_LOG };
 /* The log buffers; each one's size is the next option number. */

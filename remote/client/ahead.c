@@ -27,6 +27,14 @@ static uint64_t now_ns(void)
 
 static unsigned ms_since(uint64_t t0) { return (unsigned)((now_ns() - t0) / 1000000u); }
 
+/* Why the server could not mark the program's state (fgrStateMark). */
+static const char *unmarked(CUresult r)
+{
+    return r == CUDA_ERROR_NOT_READY ? FGR_DRAIN_HOSTFN
+           : r == CUDA_ERROR_TIMEOUT ? FGR_DRAIN_SLOW
+                                     : "this server cannot mark the program's state";
+}
+
 /* The result of the last answer read. */
 static __thread uint32_t answered;
 
@@ -339,8 +347,9 @@ int fgr_ahead_start(struct fgr_ahead *a, const char *to, struct fgr_conn_saved *
         free(a->state);
         a->state = NULL;
     }
-    if (a->state && fgrStateMark(&a->generation) != CUDA_SUCCESS) {
-        snprintf(why, nwhy, "this server cannot mark the program's state");
+    CUresult marked = a->state ? fgrStateMark(&a->generation) : CUDA_SUCCESS;
+    if (marked != CUDA_SUCCESS) {
+        snprintf(why, nwhy, "%s", unmarked(marked));
         free(a->state);
         a->state = NULL;
     }
@@ -431,6 +440,7 @@ void fgr_ahead_drop_undone(struct fgr_ahead *a) { fgr_conn_drop(&a->undone); }
 
 int fgr_ahead_end(struct fgr_ahead *a, char *why, size_t nwhy)
 {
+    CUresult r;
     uint64_t t0 = now_ns();
     const char *no = NULL;
     unsigned long long generation = 0;
@@ -441,17 +451,17 @@ int fgr_ahead_end(struct fgr_ahead *a, char *why, size_t nwhy)
     a->loading = 0;
     if (a->done != 1) {
         no = a->why;
-    } else if (fgrStateMark(&generation) != CUDA_SUCCESS) {
-        no = "this server cannot mark the program's state";
+    } else if ((r = fgrStateMark(&generation)) != CUDA_SUCCESS) {
+        no = unmarked(r);
     } else if (generation != a->generation) {
         changed = 1;
     } else if (!(buf = malloc(FGR_COPY_BUF))) {
         no = "no memory to copy device memory";
     } else {
         fgr_conn_swap(&a->conn); /* the new executor current, the program's set aside */
-        int r = fgr_state_copy(ranges, nranges, &a->conn, buf, a->copied, NULL, NULL, &a->m, why, nwhy);
+        int bad = fgr_state_copy(ranges, nranges, &a->conn, buf, a->copied, NULL, NULL, &a->m, why, nwhy);
         fgr_conn_swap(&a->conn);
-        no = r ? why : NULL;
+        no = bad ? why : NULL;
     }
     free(buf);
     fgr_conn_drop(&a->undone); /* the attempt before: copied from, if it was */

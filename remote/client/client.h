@@ -294,6 +294,9 @@ struct fgr_kept_ref {
 struct fgr_kept_ref fgr_failover_keep_first(int op, const struct fgr_buf *w);
 void fgr_failover_made(struct fgr_kept_ref ref, const uint8_t *a, uint32_t n, const void *direct, uint64_t dn);
 int fgr_checkpoint_due(void);
+/* The calls kept passed their bound: a checkpoint is due even while a
+ * stream capture is open, to say none can be taken. */
+int fgr_checkpoint_overflowing(void);
 void fgr_checkpoint(void);
 struct fgr_conn_saved;
 int fgr_failover_take(struct fgr_conn_saved *s, const char *lost_why);

@@ -1205,17 +1205,24 @@ CUresult fgr_begin(struct fgr_call *c, int op, int queued)
         r = wait_for_reader();
     /* A move asked for is made when no call is under way, at one of the
      * program's (the client's own, fgr*, may hold its locks): this one
-     * waits. */
+     * waits. Not while a stream capture is open: its state does not
+     * move, and draining the device would end the capture (the driver
+     * refuses to synchronize a context that captures, and invalidates the
+     * capture); at the first call after it ends, unless the calls kept
+     * overflow meanwhile (fgr_checkpoint then says why none is taken). */
     if (r == CUDA_SUCCESS && !queued && !mover &&
-        (__atomic_load_n(&move_asked, __ATOMIC_ACQUIRE) || fgr_move_due() || fgr_checkpoint_due()) &&
+        (__atomic_load_n(&fgr_captures, __ATOMIC_ACQUIRE) > 0
+             ? fgr_checkpoint_overflowing()
+             : __atomic_load_n(&move_asked, __ATOMIC_ACQUIRE) || fgr_move_due() || fgr_checkpoint_due()) &&
         !reading && !ticket_waits && !ticket_reader && strncmp(fgr_op_names[op], "fgr", 3)) {
-        char *to = __atomic_exchange_n(&move_asked, NULL, __ATOMIC_ACQ_REL);
+        char *to = __atomic_load_n(&fgr_captures, __ATOMIC_ACQUIRE) > 0 ? NULL
+                                                                        : __atomic_exchange_n(&move_asked, NULL, __ATOMIC_ACQ_REL);
         moving = 1;
         moving_thread = pthread_self();
         pthread_mutex_unlock(&conn_lock);
         if (to)
             fgr_move(to);
-        else if (fgr_move_due())
+        else if (fgr_move_due() && !__atomic_load_n(&fgr_captures, __ATOMIC_ACQUIRE))
             fgr_move_end();
         else
             fgr_checkpoint();

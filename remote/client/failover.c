@@ -481,6 +481,10 @@ void fgr_checkpoint(void)
 {
     char why[1024] = "";
     unsigned before = failovers;
+    if (__atomic_load_n(&fgr_captures, __ATOMIC_ACQUIRE) > 0) { /* the calls kept overflow (conn.c) */
+        not_taken("a stream capture of the program's stays open");
+        return;
+    }
     if (ahead.loading) {
         int r = fgr_ahead_end(&ahead, why, sizeof why);
         paused(ahead.pause);
@@ -585,6 +589,8 @@ static int reached(void)
     }
     return ok;
 }
+
+int fgr_checkpoint_overflowing(void) { return on && kept_bytes >= LOG_MAX; }
 
 int fgr_checkpoint_due(void)
 {

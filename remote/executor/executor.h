@@ -214,6 +214,9 @@ void fgr_hostfn_attach(struct fgr_ring *r);
  * (nonzero without one), and the handshake's offer of the channel. */
 int fgr_hostfn_channel_fd(int fd);
 void fgr_hostfn_hello(struct fgr_buf *w, uint32_t transport);
+/* When the host functions the client runs now began (CLOCK_MONOTONIC,
+ * ns; the first of several); 0: none runs. */
+uint64_t fgr_hostfn_running_since(void);
 /* Graph nodes put together from what the client sent (graphs.c). */
 void fgr_graphs_init(void *driver);
 /* A copy node's sides lie in the connection's ranges; either is an array. */

@@ -29,6 +29,10 @@
 static struct fgr_hostfn_area *area;
 static uint8_t *area_data; /* FGR_HOSTFN_DATA_BYTES, shared with the client */
 static int ending; /* the executor exits: gates return at once */
+/* Gates whose function the client runs now, and when the first of them
+ * began (move.c asks: a function may wait for the program). */
+static uint32_t running;
+static uint64_t running_since;
 static CUresult (*launch_host)(CUstream, CUhostFn, void *), (*launch_host_pt)(CUstream, CUhostFn, void *);
 static CUresult (*is_capturing)(CUstream, CUstreamCaptureStatus *), (*is_capturing_pt)(CUstream, CUstreamCaptureStatus *);
 static CUresult (*add_host_node)(CUgraphNode *, CUgraph, const CUgraphNode *, size_t, const CUDA_HOST_NODE_PARAMS *);
@@ -41,6 +45,22 @@ static void put64(uint8_t *p, uint64_t v)
 {
     for (int i = 0; i < 8; i++)
         p[i] = (uint8_t)(v >> 8 * i);
+}
+
+static void run_begins(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    uint64_t now = (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+    if (__atomic_fetch_add(&running, 1, __ATOMIC_ACQ_REL) == 0)
+        __atomic_store_n(&running_since, now, __ATOMIC_RELEASE);
+}
+
+static void run_ends(void) { __atomic_sub_fetch(&running, 1, __ATOMIC_ACQ_REL); }
+
+uint64_t fgr_hostfn_running_since(void)
+{
+    return __atomic_load_n(&running, __ATOMIC_ACQUIRE) ? __atomic_load_n(&running_since, __ATOMIC_ACQUIRE) : 0;
 }
 
 /* A host node's: the buffers its earlier copy nodes wrote, put in the data
@@ -101,11 +121,13 @@ static void gate(void *arg)
     }
     __atomic_store_n(&s->id, id, __ATOMIC_RELAXED);
     __atomic_store_n(&s->ndata, ndata, __ATOMIC_RELAXED);
+    run_begins();
     __atomic_store_n(&s->state, FGR_HOSTFN_REACHED, __ATOMIC_RELEASE);
     __atomic_add_fetch(&area->reached_seq, 1, __ATOMIC_ACQ_REL);
     fgr_futex_wake(&area->reached_seq);
     while (__atomic_load_n(&s->state, __ATOMIC_ACQUIRE) == FGR_HOSTFN_REACHED && !__atomic_load_n(&ending, __ATOMIC_ACQUIRE))
         fgr_futex_wait(&s->state, FGR_HOSTFN_REACHED, 1000);
+    run_ends();
     __atomic_store_n(&s->state, FGR_HOSTFN_FREE, __ATOMIC_RELEASE);
     if (ndata)
         __atomic_store_n(&area->data_busy, 0, __ATOMIC_RELEASE);
@@ -148,6 +170,7 @@ static void gate_socket(void *arg)
     struct waiter me = {++last_seq, 0, waiters};
     waiters = &me;
     pthread_mutex_unlock(&chan_mu);
+    run_begins();
     /* A host node's: the buffers its earlier copy nodes wrote, as they are. */
     struct fgr_span *v = NULL;
     size_t n = id & FGR_HOSTFN_KEEP ? fgr_hostcopy_early(id, &v) : 0;
@@ -175,6 +198,7 @@ static void gate_socket(void *arg)
             break;
         }
     pthread_mutex_unlock(&chan_mu);
+    run_ends();
 }
 
 /* Takes the channel from flexgv serve, then reads the client's answers:

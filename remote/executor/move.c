@@ -15,6 +15,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static struct {
@@ -36,6 +37,10 @@ static struct {
     CUresult (*dtod)(CUdeviceptr, CUdeviceptr, size_t);
     CUresult (*granularity)(size_t *, const CUmemAllocationProp *, CUmemAllocationGranularity_flags);
     CUresult (*record)(CUevent, CUstream);
+    CUresult (*ctx_record)(CUcontext, CUevent);
+    CUresult (*ev_create)(CUevent *, unsigned int);
+    CUresult (*ev_query)(CUevent);
+    CUresult (*ev_destroy)(CUevent);
 } d;
 
 /* A result by the driver's name for it. */
@@ -106,13 +111,58 @@ static void answer_why(unsigned nwhy, char *why, const char *what)
         snprintf(why, fgr_min(nwhy, 1024), "%s", what);
 }
 
+#define DRAIN_HOSTFN_NS 250000000ull /* a host function running that long may wait for the program */
+#define DRAIN_MAX_NS 10000000000ull  /* work not done by then may wait for it too */
+
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
+}
+
+/* The work of context ctx (current), done. The program is paused
+ * meanwhile, and its work may wait for it: a host function of its own that
+ * waits for the program to go on (CUDA allows it), a stream that waits for
+ * a word the program is to write. Such work never ends while the program
+ * waits for the drain, so the drain waits for the driver's context-wide
+ * event, not in cuCtxSynchronize, and gives up once a host function has
+ * run for 250 ms (CUDA_ERROR_NOT_READY) or the work is not done in 10 s
+ * (CUDA_ERROR_TIMEOUT): the state is then not taken and the program goes
+ * on. A driver without the
+ * event (before CUDA 12.5) is waited for. */
+static CUresult drain(CUcontext ctx, uint64_t t0)
+{
+    CUevent ev = NULL;
+    if (!d.ctx_record || d.ev_create(&ev, CU_EVENT_DISABLE_TIMING) != CUDA_SUCCESS)
+        return d.sync();
+    CUresult r = d.ctx_record(ctx, ev);
+    if (r != CUDA_SUCCESS) { /* as a driver that has no such event */
+        d.ev_destroy(ev);
+        return d.sync();
+    }
+    for (unsigned us = 20; r == CUDA_SUCCESS && d.ev_query(ev) == CUDA_ERROR_NOT_READY; us = us < 1000 ? 2 * us : us) {
+        uint64_t now = now_ns(), since = fgr_hostfn_running_since();
+        if (since && now - (since > t0 ? since : t0) >= DRAIN_HOSTFN_NS) {
+            r = CUDA_ERROR_NOT_READY;
+        } else if (now - t0 >= DRAIN_MAX_NS) {
+            r = CUDA_ERROR_TIMEOUT;
+        } else {
+            struct timespec ts = {0, (long)us * 1000};
+            nanosleep(&ts, NULL);
+        }
+    }
+    d.ev_destroy(ev);
+    return r == CUDA_SUCCESS ? d.sync() : r; /* done: what the device's work ended in */
+}
+
 /* Every context the connection holds, drained: the state is what the
  * device finished. A primary context reset (and not retained since) has no
  * work, and cannot be made current. */
 static CUresult drain_all(void)
 {
     CUresult r = CUDA_SUCCESS;
-    uint64_t ctx[64];
+    uint64_t ctx[64], t0 = now_ns();
     size_t n = fgr_contexts(ctx, 64);
     for (size_t i = 0; i < n && r == CUDA_SUCCESS; i++) {
         CUcontext was;
@@ -122,7 +172,7 @@ static CUresult drain_all(void)
         }
         if (r != CUDA_SUCCESS)
             break;
-        r = d.sync();
+        r = drain((CUcontext)(uintptr_t)ctx[i], t0);
         d.pop(&was);
     }
     return r;
@@ -135,9 +185,9 @@ static CUresult state_save(unsigned long long *bytes, unsigned int nwhy, char *w
     *bytes = 0;
     CUresult r = drain_all();
     if (r != CUDA_SUCCESS) {
-        char s[128];
+        char s[256];
         snprintf(s, sizeof s, "the device's work ended in %s", err_name(r));
-        answer_why(nwhy, why, s);
+        answer_why(nwhy, why, r == CUDA_ERROR_NOT_READY ? FGR_DRAIN_HOSTFN : r == CUDA_ERROR_TIMEOUT ? FGR_DRAIN_SLOW : s);
         return CUDA_SUCCESS;
     }
     const char *no = fgr_journal_save(&saved);
@@ -396,6 +446,11 @@ void fgr_move_init(void *driver, int control_fd, CUresult (*replay_fn)(const uin
     *(void **)&d.ctx_device = dlsym(driver, "cuCtxGetDevice");
     *(void **)&d.dtod = dlsym(driver, "cuMemcpyDtoD_v2");
     *(void **)&d.record = dlsym(driver, "cuEventRecord");
+    *(void **)&d.ev_create = dlsym(driver, "cuEventCreate");
+    *(void **)&d.ev_query = dlsym(driver, "cuEventQuery");
+    *(void **)&d.ev_destroy = dlsym(driver, "cuEventDestroy_v2");
+    if (d.ev_create && d.ev_query && d.ev_destroy)
+        *(void **)&d.ctx_record = dlsym(driver, "cuCtxRecordEvent");
     replay = replay_fn;
     fgr_ahead_init(driver);
     if (!d.sync || !d.push || !d.pop || !d.getcur || !d.dtoh || !d.htod)

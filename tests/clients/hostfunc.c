@@ -12,7 +12,13 @@
  *                     waits to be killed
  *   hostfunc handoff  threads that wait for each other through the device:
  *                     one waits for its stream, whose host function waits
- *                     for the other thread to get an answer first */
+ *                     for the other thread to get an answer first
+ *   hostfunc gated MS a function that waits for the caller while the
+ *                     caller asks after its stream for MS ms ("gated" on
+ *                     stdout once it is enqueued), then lets it go; then a
+ *                     stream capture ended MS ms after it began
+ *                     ("capturing" once it is), the device's memory
+ *                     asked after meanwhile */
 #include "common.h"
 
 #include <pthread.h>
@@ -144,6 +150,47 @@ static int handoff(CUstream st)
     return 0;
 }
 
+/* What a program that waits for nothing sees of a host function waiting
+ * for it, whatever a checkpoint or a move does meanwhile. */
+static int gated(CUfunction slow, CUstream st, int ms)
+{
+    struct gate g = {0};
+    CHECK(cuLaunchHostFunc(st, wait_for_caller, &g));
+    printf("gated\n");
+    fflush(stdout);
+    int queries = 0, ready = 0;
+    for (double until = now() + ms / 1e3; now() < until; queries++) {
+        CUresult r = cuStreamQuery(st);
+        ready += r != CUDA_ERROR_NOT_READY;
+        usleep(2000);
+    }
+    g.flag = 1;
+    CHECK(cuStreamSynchronize(st));
+    printf("its stream asked after while the function waited: %s; the function saw the caller go on: %s\n",
+           queries && !ready ? "not ready each time" : "ready", g.saw ? "yes" : "no");
+    CUgraph graph;
+    CUgraphExec exec;
+    CHECK(cuStreamBeginCapture_v2(st, CU_STREAM_CAPTURE_MODE_RELAXED));
+    CHECK(cuLaunchKernel(slow, 1, 1, 1, 32, 1, 1, 0, st, NULL, NULL));
+    printf("capturing\n");
+    fflush(stdout);
+    int answered = 1; /* calls of the server's meanwhile */
+    for (double until = now() + ms / 1e3; now() < until;) {
+        size_t free_, total;
+        answered &= cuMemGetInfo_v2(&free_, &total) == CUDA_SUCCESS;
+        usleep(2000);
+    }
+    CUresult ended = cuStreamEndCapture(st, &graph);
+    printf("the device's memory asked after while capturing: %s\n", answered ? "answered each time" : "not answered");
+    printf("a capture ended %d ms after it began: %s\n", ms, result_name(ended));
+    if (ended == CUDA_SUCCESS) {
+        CHECK(cuGraphInstantiateWithFlags(&exec, graph, 0));
+        CHECK(cuGraphLaunch(exec, st));
+        CHECK(cuStreamSynchronize(st));
+    }
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     CUmodule mod;
@@ -158,6 +205,8 @@ int main(int argc, char **argv)
         return async_checks(slow, st);
     if (argc > 1 && !strcmp(argv[1], "handoff"))
         return handoff(st);
+    if (argc > 2 && !strcmp(argv[1], "gated"))
+        return gated(slow, st, atoi(argv[2]));
     if (argc > 1 && !strcmp(argv[1], "hang")) {
         CHECK(cuLaunchHostFunc(st, never_return, NULL));
         printf("ready\n");

@@ -740,3 +740,32 @@ func TestRemoteFailoverBetweenHosts(t *testing.T) {
 		}
 	}
 }
+
+// A program's host function may wait for the program to go on (CUDA allows
+// it), and a capture may stay open across calls: a checkpoint due then
+// neither waits for the function (the program paused in the checkpoint
+// would never let it go: the drain gives up after 250 ms and the
+// checkpoint is taken later) nor drains the device under the capture
+// (which would end it): the program prints what it prints locally.
+func TestRemoteCheckpointsWaitForNoHostFunction(t *testing.T) {
+	e := newEnv(t)
+	local := runsLocally(t, e, []string{"hostfunc", "gated", "1000"}, "the function saw the caller go on: yes")
+	for _, transport := range []string{"unix", "tcp"} {
+		a, b := e.serveNamed("a-"+transport, transport), e.serveNamed("b-"+transport, transport)
+		cmd := exec.Command(bin("flexgv"), "run", "--remote", a.addr, "--failover", b.addr, "--checkpoint-every", "1ms", "--",
+			bin("hostfunc"), "gated", "1000")
+		cmd.Env = append(e.environ(""), "FLEXGV_REMOTE_LOG=errors")
+		var out, errb lockedBuffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		endsWithin(t, cmd, 60*time.Second, "checkpoints due while a host function waits", errb.String)
+		if code := cmd.ProcessState.ExitCode(); code != 0 || out.String() != local.stdout {
+			t.Errorf("over %s: exit %d, printed\n%s\nlocally\n%s\n%s", transport, code, out.String(), local.stdout, errb.String())
+		}
+		if !strings.Contains(errb.String(), "no checkpoint on the failover server "+b.addr+": a host function of the program's ran on for 250 ms") {
+			t.Errorf("over %s: no checkpoint refused for the host function:\n%s", transport, errb.String())
+		}
+	}
+}

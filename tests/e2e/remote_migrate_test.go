@@ -813,3 +813,45 @@ func TestRemoteStateSumsAndReadsHostile(t *testing.T) {
 	r.c.Close()
 	stillServes(t, e, s, "the hostile requests")
 }
+
+// A move asked for while a host function of the program's waits for the
+// program does not wait for the function (the program, paused by the
+// move, would never let it go): the program stays, told why, and prints
+// what it prints locally. One asked for while a stream capture is open
+// waits for the capture to end, which the move's drain would have ended
+// (the captured graph then keeps the program where it is).
+func TestRemoteMigrateWaitsForNoHostFunction(t *testing.T) {
+	e := newEnv(t)
+	local := runsLocally(t, e, []string{"hostfunc", "gated", "1500"}, "a capture ended 1500 ms after it began: CUDA_SUCCESS")
+	a, b := e.serveNamed("a", "unix"), e.serveNamed("b", "unix")
+	cmd := exec.Command(bin("hostfunc"), "gated", "1500")
+	cmd.Env = append(e.environ(filepath.Join(build, "remote")), "FLEXGV_REMOTE="+a.addr)
+	var out, errb lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	until := func(s string) {
+		for deadline := time.Now().Add(30 * time.Second); !strings.Contains(out.String(), s); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the program never printed %q:\n%s\n%s", s, out.String(), errb.String())
+			}
+		}
+	}
+	until("gated")
+	m := e.run("flexgv", "migrate", "--server", a.addr, "--to", b.addr, "--all", "--wait", "60s")
+	if m.code == 0 || !strings.Contains(m.stdout, "stayed on") || !strings.Contains(m.stdout, "a host function of the program's ran on for 250 ms") {
+		t.Errorf("flexgv migrate while a host function waits: exit %d, want a refusal naming the function\n%s%s", m.code, m.stdout, m.stderr)
+	}
+	until("capturing")
+	m = e.run("flexgv", "migrate", "--server", a.addr, "--to", b.addr, "--all", "--wait", "60s")
+	if m.code == 0 || !strings.Contains(m.stdout, "stayed on") || !strings.Contains(m.stdout, "a graph made by stream capture") {
+		t.Errorf("flexgv migrate while a capture is open: exit %d, want a refusal naming the captured graph\n%s%s", m.code, m.stdout, m.stderr)
+	}
+	endsWithin(t, cmd, 60*time.Second, "its moves", errb.String)
+	if code := cmd.ProcessState.ExitCode(); code != 0 || out.String() != local.stdout ||
+		!strings.Contains(errb.String(), "stays on this GPU server: a host function") {
+		t.Errorf("the program: exit %d, printed\n%s\nlocally\n%s\n%s", code, out.String(), local.stdout, errb.String())
+	}
+}
