@@ -361,9 +361,16 @@ CUresult fgr_refuse_size(const char *call, const char *param, uint64_t v, CUresu
  * takes the names it is to mint (forced: 1 and the name, 0 when not). */
 struct fgr_link;
 void fgr_journal_begin(const uint8_t *body, uint32_t n, unsigned op);
+/* A stream the request being served names (the driver's): the journal
+ * keeps what stream captures take (own.c's fgr_in tells it). */
+void fgr_journal_stream(uint64_t s);
+/* A stream's capture (graphs.c): its CUstreamCaptureStatus, and its id. */
+int fgr_capture_of(uint64_t s, uint64_t *id);
 void fgr_journal_end(CUresult r);
 struct fgr_link *fgr_journal_attach(struct fgr_link *l);
 void fgr_journal_detach(struct fgr_link *l);
+/* l, also linked to each request of keeps. */
+struct fgr_link *fgr_journal_share(struct fgr_link *l, const struct fgr_link *keeps);
 /* The operation of the request that made what l is of, and its place in
  * the state fgr_journal_save makes (0, UINT32_MAX: none). */
 unsigned fgr_journal_op(const struct fgr_link *l);

@@ -256,6 +256,22 @@ static CUresult capture_info(CUstream s, unsigned int *status, unsigned long lon
     return CUDA_SUCCESS;
 }
 
+int fgr_capture_of(uint64_t s, uint64_t *id)
+{
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    cuuint64_t i = 0;
+    CUgraph g = NULL;
+    const CUgraphNode *d = NULL;
+    const CUgraphEdgeData *e = NULL;
+    size_t n = 0;
+    CUstream h = (CUstream)(uintptr_t)s;
+    CUresult r = capture_info_v2   ? capture_info_v2(h, &st, &i, &g, &d, &n)
+                 : capture_info_v3 ? capture_info_v3(h, &st, &i, &g, &d, &e, &n)
+                                   : CUDA_ERROR_NOT_SUPPORTED;
+    *id = i;
+    return r == CUDA_SUCCESS ? (int)st : CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 /* A graph a node owns (a conditional node's body, a child graph node's
  * graph) goes with its node: destroyed alone, the node would hold a freed
  * graph. */

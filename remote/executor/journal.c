@@ -23,6 +23,7 @@ struct rec {
     uint32_t seq;            /* its place in the last state saved */
     uint64_t *names;         /* minted: index << 32 | generation */
     const char *why;         /* NULL, or why what it made cannot be made again */
+    struct fgr_link *deps;   /* kept as long as it is: a captured graph's capture */
     uint8_t frame[];
 };
 
@@ -31,7 +32,7 @@ struct fgr_link {
     struct fgr_link *next;
 };
 
-static struct rec head = {&head, &head, 0, 0, 0, 0, 0, NULL, NULL};
+static struct rec head = {&head, &head, 0, 0, 0, 0, 0, NULL, NULL, NULL};
 
 /* The request being served. */
 static struct {
@@ -52,6 +53,9 @@ static struct {
     /* while a request is made again: the names it is to mint */
     const uint64_t *forced;
     uint32_t nforced, used;
+    /* the streams it names (the driver's) */
+    uint64_t streams[2];
+    uint32_t nstreams;
 } cur;
 
 /* Requests that change what they name: what they change (kind, and its
@@ -100,8 +104,6 @@ static const struct {
     int op;
     const char *why;
 } unmovable[] = {
-    {FGR_OP_cuStreamEndCapture, "a graph made by stream capture"},
-    {FGR_OP_cuStreamEndCapture_ptsz, "a graph made by stream capture"},
     {FGR_OP_fgrIpcOpen, "memory opened from another program (IPC)"},
     {FGR_OP_fgrIpcImportHandle, "memory imported from another program (IPC)"},
     {FGR_OP_fgrIpcImportPool, "a memory pool imported from another program (IPC)"},
@@ -120,7 +122,19 @@ void fgr_journal_begin(const uint8_t *body, uint32_t n, unsigned op)
     cur.r = NULL;
     cur.img_at = NULL;
     cur.as_n = 0;
+    cur.nstreams = 0;
     cur.on = 1;
+}
+
+void fgr_journal_stream(uint64_t s)
+{
+    if (!cur.on)
+        return;
+    for (uint32_t i = 0; i < cur.nstreams; i++)
+        if (cur.streams[i] == s)
+            return;
+    if (cur.nstreams < 2)
+        cur.streams[cur.nstreams++] = s;
 }
 
 void fgr_journal_as(unsigned op, const void *args, uint32_t n)
@@ -154,7 +168,7 @@ static struct rec *current(void)
             cur.failed = 1;
             return NULL;
         }
-        *r = (struct rec){head.prev, &head, 0, FGR_REQ_HDR + cur.as_n, 0, 0, 0, NULL, NULL};
+        *r = (struct rec){head.prev, &head, 0, FGR_REQ_HDR + cur.as_n, 0, 0, 0, NULL, NULL, NULL};
         memcpy(r->frame, cur.body, FGR_REQ_HDR);
         r->frame[0] = (uint8_t)cur.as_op;
         r->frame[1] = (uint8_t)(cur.as_op >> 8);
@@ -173,7 +187,7 @@ static struct rec *current(void)
         cur.failed = 1; /* said when the state is saved */
         return NULL;
     }
-    *r = (struct rec){head.prev, &head, 0, n, 0, 0, 0, NULL, NULL};
+    *r = (struct rec){head.prev, &head, 0, n, 0, 0, 0, NULL, NULL, NULL};
     memcpy(r->frame, cur.body, off);
     if (cur.img_at) {
         uint8_t *w = r->frame + off;
@@ -198,8 +212,10 @@ static void unlink_rec(struct rec *r)
     fgr_generation++;
     r->prev->next = r->next;
     r->next->prev = r->prev;
+    struct fgr_link *deps = r->deps;
     free(r->names);
     free(r);
+    fgr_journal_detach(deps);
 }
 
 struct fgr_link *fgr_journal_attach(struct fgr_link *l)
@@ -218,6 +234,25 @@ struct fgr_link *fgr_journal_attach(struct fgr_link *l)
     *k = (struct fgr_link){r, l};
     r->live++;
     return k;
+}
+
+struct fgr_link *fgr_journal_share(struct fgr_link *l, const struct fgr_link *of)
+{
+    for (; of; of = of->next) {
+        struct fgr_link *k = l;
+        while (k && k->r != of->r)
+            k = k->next;
+        if (k)
+            continue;
+        if (!(k = malloc(sizeof *k))) {
+            cur.failed = 1;
+            return l;
+        }
+        *k = (struct fgr_link){of->r, l};
+        of->r->live++;
+        l = k;
+    }
+    return l;
 }
 
 void fgr_journal_detach(struct fgr_link *l)
@@ -394,6 +429,82 @@ static void index_changes(void)
         change_at[changes[i].op] = (unsigned char)(i + 1);
 }
 
+/* Stream captures. A graph made by stream capture is made again as it was
+ * made: its capture's requests, from the one that began it to the one
+ * that ended it, are kept with the request that ended it (which the graph
+ * keeps), and so made again in their order among the others. A request
+ * belongs to a capture when a stream it names captures once it is served
+ * (its work was captured, it began the capture, or it joined the
+ * capture), or it ended the capture of its stream. */
+#define CAPTURES_MAX 32
+static struct capture {
+    uint64_t id, stream; /* the capture's, and the stream that began it */
+    struct fgr_link *links;
+} caps[CAPTURES_MAX];
+static unsigned ncaps;
+
+/* The stream a request names: 0 is its default stream. */
+static uint64_t stream_of(uint64_t s)
+{
+    const char *name = cur.op < FGR_NUM_OPS ? fgr_ops[cur.op].name : NULL;
+    size_t n = name ? strlen(name) : 0;
+    return s || n < 5 || strcmp(name + n - 5, "_ptsz") ? s : (uint64_t)(uintptr_t)CU_STREAM_PER_THREAD;
+}
+
+static void captured(CUresult r)
+{
+    int begins = cur.op == FGR_OP_cuStreamBeginCapture || cur.op == FGR_OP_cuStreamBeginCapture_ptsz ||
+                 cur.op == FGR_OP_cuStreamBeginCapture_v2 || cur.op == FGR_OP_cuStreamBeginCapture_v2_ptsz ||
+                 cur.op == FGR_OP_cuStreamBeginCaptureToGraph || cur.op == FGR_OP_cuStreamBeginCaptureToGraph_ptsz;
+    int ends = cur.op == FGR_OP_cuStreamEndCapture || cur.op == FGR_OP_cuStreamEndCapture_ptsz;
+    if ((!ncaps && !begins) || !cur.nstreams)
+        return;
+    uint64_t s = stream_of(cur.streams[0]);
+    if (ends) {
+        for (unsigned i = 0; i < ncaps; i++)
+            if (caps[i].stream == s) {
+                struct fgr_link *l = caps[i].links;
+                caps[i] = caps[--ncaps];
+                if (r == CUDA_SUCCESS && (l = fgr_journal_attach(l)) && cur.r && !cur.r->deps) {
+                    /* The graph keeps the request that ended its capture,
+                     * which keeps the rest: itself not among them. */
+                    struct fgr_link **k = &l;
+                    while (*k && (*k)->r != cur.r)
+                        k = &(*k)->next;
+                    if (*k) {
+                        struct fgr_link *self = *k;
+                        *k = self->next;
+                        cur.r->live--;
+                        free(self);
+                    }
+                    cur.r->deps = l;
+                } else {
+                    fgr_journal_detach(l);
+                }
+                return;
+            }
+        return;
+    }
+    for (uint32_t k = 0; k < cur.nstreams; k++) {
+        uint64_t id = 0;
+        s = stream_of(cur.streams[k]);
+        if (fgr_capture_of(s, &id) == CU_STREAM_CAPTURE_STATUS_NONE)
+            continue;
+        unsigned i = 0;
+        while (i < ncaps && caps[i].id != id)
+            i++;
+        if (i == ncaps) {
+            if (!begins || r != CUDA_SUCCESS || s != stream_of(cur.streams[0]))
+                continue; /* begun before this state was kept: ended as it was made */
+            if (ncaps == CAPTURES_MAX)
+                return; /* its graph then fails to be made again: the move is refused */
+            caps[ncaps++] = (struct capture){id, s, NULL};
+        }
+        caps[i].links = fgr_journal_attach(caps[i].links);
+        return;
+    }
+}
+
 void fgr_journal_end(CUresult r)
 {
     static int indexed;
@@ -416,6 +527,8 @@ void fgr_journal_end(CUresult r)
             fgr_journal_changed(kind, v, changes[i].key);
         }
     }
+    if (cur.on)
+        captured(r);
     /* A request that made nothing that lives is not kept. */
     if (cur.r && !cur.r->live)
         unlink_rec(cur.r);

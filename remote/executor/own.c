@@ -28,6 +28,7 @@ struct ent {
     uint8_t kind, okind; /* 0: empty slot; FGR_H_DEAD: removed */
     uint8_t idle;        /* a primary context gone, its handle the device's again once retained */
     uint64_t shadow; /* the name the client gave it (a shadow handle's), which answers give back */
+    uint64_t from;   /* an executable graph's: the graph it was instantiated from, while that lives */
 };
 #define NO_NAME UINT32_MAX
 #define FGR_H_DEAD 0xff
@@ -353,6 +354,40 @@ void fgr_each(int kind, void (*fn)(uint64_t v, uint64_t owner))
             fn(tab[i].v, tab[i].owner);
 }
 
+/* An executable keeps what made the graph it was instantiated from (its
+ * nodes' requests, its capture's) and then the graph's destroy: a program
+ * may destroy a graph once it is instantiated (PyTorch's CUDA graphs do),
+ * and a new executor makes the executable from the graph, then destroys
+ * the graph as the program did. */
+static uint64_t graph_named; /* the last graph a request named (fgr_in) */
+
+/* Whether entry x is the graph g's, through at most 8 owners. */
+static int of_graph(const struct ent *x, uint64_t g)
+{
+    for (int d = 0; d < 8 && x && x->okind; d++) {
+        if (x->okind == FGR_H_CUgraph && x->owner == g)
+            return 1;
+        x = find(x->okind, x->owner);
+    }
+    return 0;
+}
+
+static void keep_graph(struct ent *x)
+{
+    struct ent *g = fgr_current_op == FGR_OP_cuGraphInstantiateWithFlags ||
+                            fgr_current_op == FGR_OP_cuGraphInstantiateWithParams ||
+                            fgr_current_op == FGR_OP_cuGraphInstantiateWithParams_ptsz
+                        ? find(FGR_H_CUgraph, graph_named)
+                        : NULL;
+    if (!g)
+        return;
+    x->from = g->v;
+    x->made = fgr_journal_share(x->made, g->made);
+    for (size_t i = 0; i < cap; i++)
+        if (tab[i].kind && tab[i].kind != FGR_H_DEAD && of_graph(&tab[i], g->v))
+            x->made = fgr_journal_share(x->made, tab[i].made);
+}
+
 void fgr_add(int kind, uint64_t v, int okind, uint64_t owner)
 {
     /* A kernel returned for a function keeps its name. */
@@ -378,7 +413,9 @@ void fgr_add(int kind, uint64_t v, int okind, uint64_t owner)
         used++;
     /* Device ranges and shadow entries are not handed out by name. */
     uint32_t n = kind < FGR_H_MEM ? name_new(kind, v) : NO_NAME;
-    tab[i] = (struct ent){v, owner, fgr_journal_attach(NULL), 0, n, (uint8_t)kind, (uint8_t)okind, 0, 0};
+    tab[i] = (struct ent){v, owner, fgr_journal_attach(NULL), 0, n, (uint8_t)kind, (uint8_t)okind, 0, 0, 0};
+    if (kind == FGR_H_CUgraphExec)
+        keep_graph(&tab[i]);
 }
 
 int fgr_owned_by(int kind, uint64_t v, int okind)
@@ -453,7 +490,19 @@ static uint64_t refused_name(uint64_t v)
     return FGR_BAD_HANDLE;
 }
 
+static uint64_t in(int kind, uint64_t v);
+
 uint64_t fgr_in(int kind, uint64_t v)
+{
+    uint64_t x = in(kind, v);
+    if (kind == FGR_H_CUstream)
+        fgr_journal_stream(x); /* for the captures it takes part in */
+    else if (kind == FGR_H_CUgraph)
+        graph_named = x; /* for the executable it may make */
+    return x;
+}
+
+static uint64_t in(int kind, uint64_t v)
 {
     if (v == 0 || (kind == FGR_H_CUstream && (v == 1 || v == 2)))
         return v;
@@ -593,6 +642,13 @@ void fgr_drop(int kind, uint64_t v)
         if (r && r->base == v && r->kept)
             return;
     }
+    if (e && kind == FGR_H_CUgraph)
+        for (size_t i = 0; i < cap; i++)
+            if (tab[i].kind == FGR_H_CUgraphExec && tab[i].from == v) {
+                if (fgr_current_op == FGR_OP_cuGraphDestroy) /* made again after it */
+                    tab[i].made = fgr_journal_attach(tab[i].made);
+                tab[i].from = 0;
+            }
     if (e) {
         if (gone_why && (kind & SHADOWED))
             gone[gone_next++ % GONE_NAMES] = (typeof(gone[0])){v, gone_why};

@@ -18,7 +18,7 @@
  *                     stdout once it is enqueued), then lets it go; then a
  *                     stream capture ended MS ms after it began
  *                     ("capturing" once it is), the device's memory
- *                     asked after meanwhile */
+ *                     asked after meanwhile and for MS ms after */
 #include "common.h"
 
 #include <pthread.h>
@@ -150,6 +150,19 @@ static int handoff(CUstream st)
     return 0;
 }
 
+/* Whether the server answered every question about the device's memory,
+ * asked every 2 ms for ms ms. */
+static int ask_for(int ms)
+{
+    int answered = 1;
+    for (double until = now() + ms / 1e3; now() < until;) {
+        size_t free_, total;
+        answered &= cuMemGetInfo_v2(&free_, &total) == CUDA_SUCCESS;
+        usleep(2000);
+    }
+    return answered;
+}
+
 /* What a program that waits for nothing sees of a host function waiting
  * for it, whatever a checkpoint or a move does meanwhile. */
 static int gated(CUfunction slow, CUstream st, int ms)
@@ -174,12 +187,7 @@ static int gated(CUfunction slow, CUstream st, int ms)
     CHECK(cuLaunchKernel(slow, 1, 1, 1, 32, 1, 1, 0, st, NULL, NULL));
     printf("capturing\n");
     fflush(stdout);
-    int answered = 1; /* calls of the server's meanwhile */
-    for (double until = now() + ms / 1e3; now() < until;) {
-        size_t free_, total;
-        answered &= cuMemGetInfo_v2(&free_, &total) == CUDA_SUCCESS;
-        usleep(2000);
-    }
+    int answered = ask_for(ms); /* calls of the server's meanwhile */
     CUresult ended = cuStreamEndCapture(st, &graph);
     printf("the device's memory asked after while capturing: %s\n", answered ? "answered each time" : "not answered");
     printf("a capture ended %d ms after it began: %s\n", ms, result_name(ended));
@@ -188,6 +196,8 @@ static int gated(CUfunction slow, CUstream st, int ms)
         CHECK(cuGraphLaunch(exec, st));
         CHECK(cuStreamSynchronize(st));
     }
+    answered = ask_for(ms);
+    printf("then: %s\n", answered ? "answered each time" : "not answered");
     return 0;
 }
 

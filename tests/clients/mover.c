@@ -1,6 +1,6 @@
 /* A program that keeps changing device memory and checking it, to be moved
  * between servers while it runs (flexgv migrate):
- *     mover STEPS [HOLD_AT[,HOLD_AT...] READY GO [busy][,grow][,pool][,hostfn][,many][,churn]]
+ *     mover STEPS [HOLD_AT[,HOLD_AT...] READY GO [busy][,grow][,pool][,hostfn][,many][,churn][,captured[1]]]
  * Each step adds the step's number to every word of a buffer and of a
  * module variable (a kernel launched on a stream), and to another buffer
  * twice the last odd step's (an explicit graph's kernel node, in a child
@@ -24,8 +24,13 @@
  * allocations more, each filled with its own value and checked each step
  * (a state of many device ranges); "churn" makes a buffer first and 64 MiB
  * more, and while held adds 1 to each word of the first every millisecond
- * (a kernel), checking both at each step (not in the sums printed). It
- * prints each check's sum, so a moved run's output equals an unmoved one's.
+ * (a kernel), checking both at each step (not in the sums printed);
+ * "captured" makes a graph by stream capture (two streams forked and
+ * joined through events: a kernel adding 1 and a memset on one, a kernel
+ * adding 2 and a host function on the other), launched each step, whose
+ * buffers and host function count are checked at each step; "captured1"
+ * the same, the graph destroyed once instantiated. It prints each check's
+ * sum, so a moved run's output equals an unmoved one's.
  */
 #include "common.h"
 
@@ -114,6 +119,7 @@ int main(int argc, char **argv)
     int hostfn = argc > 5 && strstr(argv[5], "hostfn");
     int many = argc > 5 && strstr(argv[5], "many");
     int churned = argc > 5 && strstr(argv[5], "churn");
+    int captured = argc > 5 && strstr(argv[5], "captured"), capfree = argc > 5 && strstr(argv[5], "captured1");
     CUcontext ctx = primary_context();
     (void)ctx;
     /* A module and function made and gone first: what moves is named as
@@ -235,6 +241,43 @@ int main(int argc, char **argv)
         CHECK(cuGraphInstantiateWithFlags(&hge, hg, 0));
     }
 
+    /* A graph made by stream capture, forked to a second stream and joined
+     * back. */
+    static unsigned cap_calls;
+    CUdeviceptr c1 = 0, c2 = 0, cset = 0;
+    CUgraphExec cge = NULL;
+    if (captured) {
+        CUstream cs, cs2;
+        CUevent fork, join;
+        CUgraph cg;
+        unsigned one = 1, two = 2, cz = 0;
+        CHECK(cuStreamCreate(&cs, CU_STREAM_NON_BLOCKING));
+        CHECK(cuStreamCreate(&cs2, CU_STREAM_NON_BLOCKING));
+        CHECK(cuEventCreate(&fork, CU_EVENT_DISABLE_TIMING));
+        CHECK(cuEventCreate(&join, CU_EVENT_DISABLE_TIMING));
+        CHECK(cuMemAlloc_v2(&c1, WORDS * 4));
+        CHECK(cuMemAlloc_v2(&c2, WORDS * 4));
+        CHECK(cuMemAlloc_v2(&cset, 4096 * 4));
+        void *z1[] = {&c1, &cz, &n}, *z2[] = {&c2, &cz, &n};
+        CHECK(cuLaunchKernel(fill, 1, 1, 1, 256, 1, 1, 0, s, z1, NULL));
+        CHECK(cuLaunchKernel(fill, 1, 1, 1, 256, 1, 1, 0, s, z2, NULL));
+        CHECK(cuStreamSynchronize(s));
+        void *p1[] = {&c1, &one, &n}, *p2[] = {&c2, &two, &n};
+        CHECK(cuStreamBeginCapture_v2(cs, CU_STREAM_CAPTURE_MODE_RELAXED));
+        CHECK(cuLaunchKernel(add, 1, 1, 1, 256, 1, 1, 0, cs, p1, NULL));
+        CHECK(cuEventRecord(fork, cs));
+        CHECK(cuStreamWaitEvent(cs2, fork, 0));
+        CHECK(cuLaunchKernel(add, 1, 1, 1, 256, 1, 1, 0, cs2, p2, NULL));
+        CHECK(cuLaunchHostFunc(cs2, tick, &cap_calls));
+        CHECK(cuEventRecord(join, cs2));
+        CHECK(cuMemsetD32Async(cset, 0x5eed, 4096, cs));
+        CHECK(cuStreamWaitEvent(cs, join, 0));
+        CHECK(cuStreamEndCapture(cs, &cg));
+        CHECK(cuGraphInstantiateWithFlags(&cge, cg, 0));
+        if (capfree)
+            CHECK(cuGraphDestroy(cg));
+    }
+
     static CUdeviceptr smalls[MANY];
     for (unsigned k = 0; many && k < MANY; k++) {
         unsigned kv = 50000 + k, kw = MANYW;
@@ -290,6 +333,8 @@ int main(int argc, char **argv)
             CHECK(cuLaunchHostFunc(s, tick, &fn_calls));
             CHECK(cuGraphLaunch(hge, s));
         }
+        if (captured)
+            CHECK(cuGraphLaunch(cge, s));
         CHECK(cuEventRecord(ev, s));
         CHECK(cuEventSynchronize(ev));
         if (hostfn && (fn_calls != (unsigned)step || node_calls != (unsigned)step)) {
@@ -319,6 +364,14 @@ int main(int argc, char **argv)
         for (unsigned k = 0; many && k < MANY; k++)
             if (!words_are(step, "small", smalls[k], MANYW, 50000 + k, host, &sum))
                 return 1;
+        if (captured && (!words_are(step, "captured 1", c1, WORDS, (unsigned)step, host, &sum) ||
+                         !words_are(step, "captured 2", c2, WORDS, 2 * (unsigned)step, host, &sum) ||
+                         !words_are(step, "captured memset", cset, 4096, 0x5eed, host, &sum)))
+            return 1;
+        if (captured && cap_calls != (unsigned)step) {
+            printf("step %d: the captured host function ran %u times\n", step, cap_calls);
+            return 1;
+        }
         uint64_t unsummed = 0;
         unsigned *bighost = churned ? malloc((size_t)BIGW * 4) : NULL;
         if (churned && (!words_are(step, "churned", churn.p, CHURNW, churn.times, host, &unsummed) ||

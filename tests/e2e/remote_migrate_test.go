@@ -818,11 +818,11 @@ func TestRemoteStateSumsAndReadsHostile(t *testing.T) {
 // program does not wait for the function (the program, paused by the
 // move, would never let it go): the program stays, told why, and prints
 // what it prints locally. One asked for while a stream capture is open
-// waits for the capture to end, which the move's drain would have ended
-// (the captured graph then keeps the program where it is).
+// waits for the capture to end, which the move's drain would have ended,
+// and moves the program with its captured graph.
 func TestRemoteMigrateWaitsForNoHostFunction(t *testing.T) {
 	e := newEnv(t)
-	local := runsLocally(t, e, []string{"hostfunc", "gated", "1500"}, "a capture ended 1500 ms after it began: CUDA_SUCCESS")
+	local := runsLocally(t, e, []string{"hostfunc", "gated", "1500"}, "then: answered each time")
 	a, b := e.serveNamed("a", "unix"), e.serveNamed("b", "unix")
 	cmd := exec.Command(bin("hostfunc"), "gated", "1500")
 	cmd.Env = append(e.environ(filepath.Join(build, "remote")), "FLEXGV_REMOTE="+a.addr)
@@ -846,12 +846,40 @@ func TestRemoteMigrateWaitsForNoHostFunction(t *testing.T) {
 	}
 	until("capturing")
 	m = e.run("flexgv", "migrate", "--server", a.addr, "--to", b.addr, "--all", "--wait", "60s")
-	if m.code == 0 || !strings.Contains(m.stdout, "stayed on") || !strings.Contains(m.stdout, "a graph made by stream capture") {
-		t.Errorf("flexgv migrate while a capture is open: exit %d, want a refusal naming the captured graph\n%s%s", m.code, m.stdout, m.stderr)
+	if m.code != 0 || !strings.Contains(m.stdout, "moved to "+b.addr) {
+		t.Errorf("flexgv migrate while a capture is open: exit %d\n%s%s", m.code, m.stdout, m.stderr)
 	}
 	endsWithin(t, cmd, 60*time.Second, "its moves", errb.String)
 	if code := cmd.ProcessState.ExitCode(); code != 0 || out.String() != local.stdout ||
-		!strings.Contains(errb.String(), "stays on this GPU server: a host function") {
+		!strings.Contains(errb.String(), "stays on this GPU server: a host function") || !strings.Contains(errb.String(), "moved to the GPU server "+b.addr) {
 		t.Errorf("the program: exit %d, printed\n%s\nlocally\n%s\n%s", code, out.String(), local.stdout, errb.String())
+	}
+}
+
+// A graph made by stream capture (two streams forked and joined through
+// events; kernels, a memset and a host function captured) moves with its
+// program, made again by its capture's requests on the new server, and so
+// does its executable when the program destroyed the graph once it was
+// instantiated: each launch after the move changes the buffers and runs
+// the host function as before. A failover server takes checkpoints of
+// such a program.
+func TestRemoteMigrateCapturedGraph(t *testing.T) {
+	e := newEnv(t)
+	for _, mode := range []string{"captured", "captured1"} {
+		local := runsLocally(t, e, []string{"mover", "6", "0", "none", "none", mode}, "done")
+		t.Run(mode, func(t *testing.T) {
+			a, b := e.serveNamed("a-"+mode, "unix"), e.serveNamed("b-"+mode, "unix")
+			m, p := moverRunAs(t, e, "busy,"+mode, a, b)
+			if m.code != 0 || p.code != 0 || p.stdout != local.stdout || !strings.Contains(p.stderr, "moved to the GPU server "+b.addr) {
+				t.Errorf("flexgv migrate: exit %d\n%s%s\nthe program: exit %d\n%s\nwant\n%s\n%s", m.code, m.stdout, m.stderr,
+					p.code, p.stdout, local.stdout, p.stderr)
+			}
+			fa, fb := e.serveNamed("fa-"+mode, "unix"), e.serveNamed("fb-"+mode, "unix")
+			f := failoverRunMover(t, e, fa, fb.addr, []string{mode}, "--checkpoint-every", "1ms")
+			if f.code != 0 || f.stdout != local.stdout || !strings.Contains(f.stderr, "going on at "+fb.addr) ||
+				!strings.Contains(f.stderr, "checkpoint 2 on the failover server") {
+				t.Errorf("its server killed: exit %d\n%s\nwant\n%s\n%s", f.code, f.stdout, local.stdout, f.stderr)
+			}
+		})
 	}
 }
