@@ -8,8 +8,9 @@
 # the same run with its server killed mid-run: the losses bit for bit, the
 # ballast intact, and what the program said.
 # The server is killed KILL_AFTER seconds (default 14) after the first
-# progress line.
-#     [PAIRS="unix tcp apart"] [KILL_AFTER=S] scripts/gpu-failover.sh [STEPS] [HOLD_GIB] [CHECKPOINT] [OUT]
+# progress line. GRAPHED=1: each training step the replay of a CUDA graph
+# captured once (torch_suspend.py graphed).
+#     [PAIRS="unix tcp apart"] [KILL_AFTER=S] [GRAPHED=1] scripts/gpu-failover.sh [STEPS] [HOLD_GIB] [CHECKPOINT] [OUT]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${1:-3000}
@@ -50,7 +51,7 @@ sleep 2
 train() { # PROGRESS JSON FLEXGV-RUN-FLAGS...
     local progress=$1 json=$2
     shift 2
-    FLEXGV_REMOTE_LOG=errors "$FLEXGV" run "$@" -- python3 scripts/gpu/torch_suspend.py "$STEPS" "$GIB" "$progress" >"$json"
+    FLEXGV_REMOTE_LOG=errors "$FLEXGV" run "$@" -- python3 scripts/gpu/torch_suspend.py "$STEPS" "$GIB" "$progress" ${GRAPHED:+graphed} >"$json"
 }
 same() { # REF GOT: the losses and ballast, and the training's time against REF's
     python3 - "$1" "$2" "$STEPS" <<'PY'

@@ -6,8 +6,9 @@
 # executors cannot reach this host's others' memory, as on another host),
 # and with PAIRS=gpus from a server of GPU 0 to one of GPU 1 (--gpus, on a
 # host of two): the losses bit for bit, the ballast intact, the pause the
-# program saw and the device memory that moved.
-#     [PAIRS="unix tcp apart gpus"] scripts/gpu-migrate.sh [STEPS] [HOLD_GIB] [OUT]
+# program saw and the device memory that moved. GRAPHED=1: each training
+# step the replay of a CUDA graph captured once (torch_suspend.py graphed).
+#     [PAIRS="unix tcp apart gpus"] [GRAPHED=1] scripts/gpu-migrate.sh [STEPS] [HOLD_GIB] [OUT]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${1:-3000}
@@ -52,7 +53,7 @@ for p in $PAIRS; do
 done
 sleep 2
 train() { # ADDR PROGRESS JSON
-    FLEXGV_REMOTE=$1 LD_LIBRARY_PATH=$B/remote python3 scripts/gpu/torch_suspend.py "$STEPS" "$GIB" "$2" >"$3"
+    FLEXGV_REMOTE=$1 LD_LIBRARY_PATH=$B/remote python3 scripts/gpu/torch_suspend.py "$STEPS" "$GIB" "$2" ${GRAPHED:+graphed} >"$3"
 }
 echo "== the uninterrupted run, over unix://"
 train "unix://$tmp/a.sock" "$tmp/ref.progress" "$tmp/ref.json" || fail "the uninterrupted run"

@@ -1,10 +1,12 @@
 """Deterministic PyTorch training beside a ballast of device memory, for
 flexgv suspend (scripts/gpu-e2e.sh suspend).
 
-    python3 torch_suspend.py STEPS HOLD_GIB PROGRESS_FILE
+    python3 torch_suspend.py STEPS HOLD_GIB PROGRESS_FILE [graphed]
 
 Fills HOLD_GIB GiB of device memory with a known pattern, then trains the
-conv-net of torch_train.py for STEPS steps, appending "STEP TIME" to
+conv-net of torch_train.py for STEPS steps (with "graphed", each step the
+replay of a CUDA graph captured once, after three steps on a side stream,
+as torch.cuda.graph captures a whole training step), appending "STEP TIME" to
 PROGRESS_FILE every 10 steps (TIME: time.time() once the step is done).
 Prints one JSON line: every step's loss as an exact hex float, whether the
 ballast still holds its pattern, the longest time between progress
@@ -55,13 +57,36 @@ def main():
     losses = []
     stamps = []
     cpus = []
-    with open(progress, "a") as f:
-        for i in range(steps):
-            opt.zero_grad(set_to_none=True)
-            loss = loss_fn(model(x), y)
-            loss.backward()
+
+    def eager():
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(model(x), y)
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    step = eager
+    if len(sys.argv) > 4 and sys.argv[4] == "graphed":
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                losses.append(eager())
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        opt.zero_grad(set_to_none=True)
+        with torch.cuda.graph(graph):
+            static_loss = loss_fn(model(x), y)
+            static_loss.backward()
             opt.step()
-            losses.append(loss.detach())
+
+        def step():
+            graph.replay()
+            return static_loss.detach().clone()
+
+    with open(progress, "a") as f:
+        for i in range(len(losses), steps):
+            losses.append(step())
             if i % 10 == 0:
                 torch.cuda.synchronize()
                 stamps.append(time.time())

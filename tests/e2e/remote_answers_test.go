@@ -17,7 +17,7 @@ import (
 )
 
 // corrupter relays TCP connections to a server and spoils one of the
-// server's frames on the first connection of each run, as a broken
+// server's frames on one connection of each run (the plan's), as a broken
 // network or a hostile host between the two could.
 type corrupter struct {
 	ln     net.Listener
@@ -28,14 +28,15 @@ type corrupter struct {
 	spoilt int // runs whose frame was spoiled
 }
 
-// spoil is what happens to the server's frame number at of a run's first
-// connection: its body's bytes changed, the frame cut and the connection
+// spoil is what happens to the server's frame number at of a run's
+// connection conn: its body's bytes changed, the frame cut and the connection
 // closed, or a length that does not fit its body (the stream out of step)
 // with the connection closed a second later.
 type spoil struct {
 	at   int
 	how  string // "flip", "head", "cut", "length"; "layout": the first layout's answer
 	seed uint64
+	conn int // which connection of the run (0: the first)
 }
 
 func newCorrupter(t *testing.T, target string) *corrupter {
@@ -71,11 +72,11 @@ func (c *corrupter) relay(in net.Conn) {
 	}
 	defer out.Close()
 	c.mu.Lock()
-	p, first := c.plan, c.conns == 0
+	p, mine := c.plan, c.conns == c.plan.conn
 	c.conns++
 	c.mu.Unlock()
 	go func() { io.Copy(out, in); out.(*net.TCPConn).CloseWrite() }()
-	if !first { // a host-function channel, not made of frames
+	if !mine { // another (a host-function channel is not made of frames)
 		io.Copy(in, out)
 		return
 	}
@@ -172,10 +173,61 @@ func TestRemoteClientSurvivesSpoiledAnswers(t *testing.T) {
 	e := newEnv(t)
 	s := e.serve("tcp")
 	c := newCorrupter(t, strings.TrimPrefix(s.addr, "tcp://"))
+	runs := spoilRuns(t, e, 3, func(rnd *rand.Rand, plan *spoil) []string {
+		if rnd.IntN(4) == 0 { // the authentication's and the handshake's answers
+			plan.at = rnd.IntN(2)
+		}
+		c.next(*plan)
+		return []string{"FLEXGV_REMOTE=tcp://" + c.ln.Addr().String()}
+	}, s)
+	// Most runs reach the frame they spoil (some programs answer fewer).
+	if c.spoilt < runs/2 {
+		t.Errorf("%d of %d runs had a frame spoiled", c.spoilt, runs)
+	}
+	t.Logf("%d runs, %d with a frame spoiled", runs, c.spoilt)
+}
+
+// The same with a failover server taking checkpoints every 1 to 30 ms:
+// the answers of either server spoiled (the failover server's to a
+// checkpoint's connection), the program goes on at the failover server or
+// gets a CUDA error, never a signal or a hang. It found a program whose
+// host function waited for it hanging in its checkpoint's drain.
+func TestRemoteFailoverSurvivesSpoiledAnswers(t *testing.T) {
+	long(t)
+	e := newEnv(t)
+	a, b := e.serveNamed("a", "tcp"), e.serveNamed("b", "tcp")
+	ca := newCorrupter(t, strings.TrimPrefix(a.addr, "tcp://"))
+	cb := newCorrupter(t, strings.TrimPrefix(b.addr, "tcp://"))
+	runs := spoilRuns(t, e, 1, func(rnd *rand.Rand, plan *spoil) []string {
+		ca.next(spoil{at: -1})
+		cb.next(spoil{at: -1})
+		if rnd.IntN(2) == 0 {
+			ca.next(*plan)
+		} else {
+			// After a dial that only reaches it, a checkpoint's
+			// connection, which answers few frames.
+			plan.at, plan.conn = rnd.IntN(10), 1+rnd.IntN(3)
+			cb.next(*plan)
+		}
+		return []string{"FLEXGV_REMOTE=tcp://" + ca.ln.Addr().String(), "FLEXGV_REMOTE_FAILOVER=tcp://" + cb.ln.Addr().String(),
+			"FLEXGV_REMOTE_CHECKPOINT_MS=" + strconv.Itoa(1+rnd.IntN(30))}
+	}, a, b)
+	if ca.spoilt+cb.spoilt < runs/6 {
+		t.Errorf("%d of %d runs had a frame spoiled", ca.spoilt+cb.spoilt, runs)
+	}
+	t.Logf("%d runs, %d+%d with a frame spoiled", runs, ca.spoilt, cb.spoilt)
+}
+
+// spoilRuns runs programs of every family, each with every way of
+// spoiling, rounds times (SPOIL_ROUNDS; SPOIL_SEED replays a failure,
+// SPOIL_FRAMES reaches deeper answers), on the client built with
+// AddressSanitizer: place sets each run's plan on the corrupters and
+// gives the run's settings. A run ended by a signal, still running after
+// 60 s, or a crashed executor of servers fails the test. It returns how
+// many runs it made.
+func spoilRuns(t *testing.T, e *env, rounds int, place func(*rand.Rand, *spoil) []string, servers ...*server) int {
 	progs := [][]string{{"rtlike", "2"}, {"memclient", "paths"}, {"graphnodes"}, {"hostfunc"}, {"streamer"},
 		{"threads"}, {"families"}, {"arrays"}, {"memclient", "copybackloop", "3"}}
-	// The client built with AddressSanitizer: a read or write past a
-	// buffer ends the program too.
 	preload, err := os.ReadFile(filepath.Join(build, "asan", "preload"))
 	if err != nil {
 		t.Fatal(err)
@@ -187,7 +239,6 @@ func TestRemoteClientSurvivesSpoiledAnswers(t *testing.T) {
 	}
 	t.Logf("seed %d (SPOIL_SEED)", seed)
 	rnd := rand.New(rand.NewPCG(seed, 1))
-	runs, rounds := 0, 3
 	if n, err := strconv.Atoi(os.Getenv("SPOIL_ROUNDS")); err == nil {
 		rounds = n // longer searches by hand
 	}
@@ -195,17 +246,15 @@ func TestRemoteClientSurvivesSpoiledAnswers(t *testing.T) {
 	if n, err := strconv.Atoi(os.Getenv("SPOIL_FRAMES")); err == nil && n > 0 {
 		frames = n // deeper searches by hand
 	}
+	runs := 0
 	for round := 0; round < rounds; round++ {
 		for _, p := range progs {
 			for _, how := range []string{"flip", "head", "cut", "length"} {
 				plan := spoil{at: rnd.IntN(frames), how: how, seed: rnd.Uint64()}
-				if rnd.IntN(4) == 0 { // the authentication's and the handshake's answers
-					plan.at = rnd.IntN(2)
-				}
-				c.next(plan)
+				settings := place(rnd, &plan)
 				ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 				cmd := exec.CommandContext(ctx, bin(p[0]), p[1:]...)
-				cmd.Env = append(e.environ(filepath.Join(build, "asan", "remote")), "FLEXGV_REMOTE=tcp://"+c.ln.Addr().String(),
+				cmd.Env = append(append(e.environ(filepath.Join(build, "asan", "remote")), settings...),
 					"LD_PRELOAD="+asan, "ASAN_OPTIONS=abort_on_error=1:detect_leaks=0")
 				cmd.WaitDelay = 5 * time.Second
 				t0 := time.Now()
@@ -218,22 +267,20 @@ func TestRemoteClientSurvivesSpoiledAnswers(t *testing.T) {
 				runs++
 				switch {
 				case timedOut:
-					t.Errorf("%v with %+v: still running after 60 s\n%s", p, plan, tail(r.stderr))
+					t.Errorf("%v with %+v, %v: still running after 60 s\n%s", p, plan, settings, tail(r.stderr))
 				case r.code > 128:
-					t.Errorf("%v with %+v: ended by signal %d\n%s", p, plan, r.code-128, tail(r.stderr))
+					t.Errorf("%v with %+v, %v: ended by signal %d\n%s", p, plan, settings, r.code-128, tail(r.stderr))
 				}
 			}
 		}
 	}
-	s.quiesce()
-	if strings.Contains(s.Log(), "signal:") {
-		t.Errorf("an executor crashed:\n%s", s.Log())
+	for _, s := range servers {
+		s.quiesce()
+		if strings.Contains(s.Log(), "signal:") {
+			t.Errorf("an executor crashed:\n%s", s.Log())
+		}
 	}
-	// Most runs reach the frame they spoil (some programs answer fewer).
-	if c.spoilt < runs/2 {
-		t.Errorf("%d of %d runs had a frame spoiled", c.spoilt, runs)
-	}
-	t.Logf("%d runs, %d with a frame spoiled", runs, c.spoilt)
+	return runs
 }
 
 // tail is the last lines of a program's stderr.
