@@ -228,48 +228,52 @@ static CUresult (*capture_info_v2)(CUstream, CUstreamCaptureStatus *, cuuint64_t
 static CUresult (*capture_info_v3)(CUstream, CUstreamCaptureStatus *, cuuint64_t *, CUgraph *, const CUgraphNode **,
                                    const CUgraphEdgeData **, size_t *);
 
+/* The driver's answer, by whichever version it has (e: NULL by the second). */
+struct capture {
+    CUstreamCaptureStatus st;
+    cuuint64_t id;
+    CUgraph g;
+    const CUgraphNode *d;
+    const CUgraphEdgeData *e;
+    size_t n;
+};
+
+static CUresult capture_of(CUstream s, struct capture *c)
+{
+    *c = (struct capture){CU_STREAM_CAPTURE_STATUS_NONE, 0, NULL, NULL, NULL, 0};
+    return capture_info_v2   ? capture_info_v2(s, &c->st, &c->id, &c->g, &c->d, &c->n)
+           : capture_info_v3 ? capture_info_v3(s, &c->st, &c->id, &c->g, &c->d, &c->e, &c->n)
+                             : CUDA_ERROR_NOT_SUPPORTED;
+}
+
 static CUresult capture_info(CUstream s, unsigned int *status, unsigned long long *id, CUgraph *graph,
                              CUgraphNode *deps, size_t *ndeps, unsigned int cap)
 {
     if (!status || !id || !graph || !ndeps || (cap && !deps))
         return CUDA_ERROR_INVALID_VALUE;
-    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-    cuuint64_t i = 0;
-    CUgraph g = NULL;
-    const CUgraphNode *d = NULL;
-    const CUgraphEdgeData *e = NULL;
-    size_t n = 0;
-    CUresult r = capture_info_v2 ? capture_info_v2(s, &st, &i, &g, &d, &n)
-                                 : capture_info_v3(s, &st, &i, &g, &d, &e, &n);
+    struct capture c;
+    CUresult r = capture_of(s, &c);
     if (r != CUDA_SUCCESS)
         return r;
     static const CUgraphEdgeData plain;
-    for (size_t k = 0; e && k < n; k++)
-        if (memcmp(&e[k], &plain, sizeof plain))
+    for (size_t k = 0; c.e && k < c.n; k++)
+        if (memcmp(&c.e[k], &plain, sizeof plain))
             return CUDA_ERROR_NOT_SUPPORTED;
-    *status = st;
-    *id = i;
-    *graph = st == CU_STREAM_CAPTURE_STATUS_ACTIVE ? g : NULL;
-    *ndeps = st == CU_STREAM_CAPTURE_STATUS_ACTIVE ? n : 0;
-    for (size_t k = 0; k < cap && k < *ndeps && d; k++)
-        deps[k] = d[k];
+    *status = c.st;
+    *id = c.id;
+    *graph = c.st == CU_STREAM_CAPTURE_STATUS_ACTIVE ? c.g : NULL;
+    *ndeps = c.st == CU_STREAM_CAPTURE_STATUS_ACTIVE ? c.n : 0;
+    for (size_t k = 0; k < cap && k < *ndeps && c.d; k++)
+        deps[k] = c.d[k];
     return CUDA_SUCCESS;
 }
 
 int fgr_capture_of(uint64_t s, uint64_t *id)
 {
-    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-    cuuint64_t i = 0;
-    CUgraph g = NULL;
-    const CUgraphNode *d = NULL;
-    const CUgraphEdgeData *e = NULL;
-    size_t n = 0;
-    CUstream h = (CUstream)(uintptr_t)s;
-    CUresult r = capture_info_v2   ? capture_info_v2(h, &st, &i, &g, &d, &n)
-                 : capture_info_v3 ? capture_info_v3(h, &st, &i, &g, &d, &e, &n)
-                                   : CUDA_ERROR_NOT_SUPPORTED;
-    *id = i;
-    return r == CUDA_SUCCESS ? (int)st : CU_STREAM_CAPTURE_STATUS_NONE;
+    struct capture c;
+    CUresult r = capture_of((CUstream)(uintptr_t)s, &c);
+    *id = c.id;
+    return r == CUDA_SUCCESS ? (int)c.st : CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
 /* A graph a node owns (a conditional node's body, a child graph node's
