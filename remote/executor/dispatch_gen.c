@@ -3654,6 +3654,10 @@ static CUresult op_cuGraphAddMemcpyNode(struct fgr_rd *rd, struct fgr_req *q)
         copyParams->srcArray = (CUarray)(uintptr_t)fgr_in(FGR_H_CUarray, (uint64_t)(uintptr_t)copyParams->srcArray);
     if (copyParams)
         copyParams->dstArray = (CUarray)(uintptr_t)fgr_in(FGR_H_CUarray, (uint64_t)(uintptr_t)copyParams->dstArray);
+    if (copyParams)
+        copyParams->srcDevice = (CUdeviceptr)fgr_moved((uint64_t)copyParams->srcDevice);
+    if (copyParams)
+        copyParams->dstDevice = (CUdeviceptr)fgr_moved((uint64_t)copyParams->dstDevice);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUgraphNode *phGraphNode = NULL;
@@ -3697,6 +3701,8 @@ static CUresult op_cuGraphAddMemsetNode(struct fgr_rd *rd, struct fgr_req *q)
     int has_phGraphNode = fgr_get_u8(rd);
     CUgraphNode *dependencies = fgr_get_buf(rd, q, fgr_mul((uint64_t)(numDependencies), sizeof(CUgraphNode)), 1);
     CUDA_MEMSET_NODE_PARAMS *memsetParams = fgr_get_buf(rd, q, sizeof(CUDA_MEMSET_NODE_PARAMS), 1);
+    if (memsetParams)
+        memsetParams->dst = (CUdeviceptr)fgr_moved((uint64_t)memsetParams->dst);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUgraphNode *phGraphNode = NULL;
@@ -4559,6 +4565,10 @@ static CUresult op_fgrArrayCopy(struct fgr_rd *rd, struct fgr_req *q)
         p->srcArray = (CUarray)(uintptr_t)fgr_in(FGR_H_CUarray, (uint64_t)(uintptr_t)p->srcArray);
     if (p)
         p->dstArray = (CUarray)(uintptr_t)fgr_in(FGR_H_CUarray, (uint64_t)(uintptr_t)p->dstArray);
+    if (p)
+        p->srcDevice = (CUdeviceptr)fgr_moved((uint64_t)p->srcDevice);
+    if (p)
+        p->dstDevice = (CUdeviceptr)fgr_moved((uint64_t)p->dstDevice);
     void *src = fgr_get_buf(rd, q, fgr_mul((uint64_t)(n), 1), 0);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -4584,6 +4594,10 @@ static CUresult op_fgrArrayCopyWait(struct fgr_rd *rd, struct fgr_req *q)
         p->srcArray = (CUarray)(uintptr_t)fgr_in(FGR_H_CUarray, (uint64_t)(uintptr_t)p->srcArray);
     if (p)
         p->dstArray = (CUarray)(uintptr_t)fgr_in(FGR_H_CUarray, (uint64_t)(uintptr_t)p->dstArray);
+    if (p)
+        p->srcDevice = (CUdeviceptr)fgr_moved((uint64_t)p->srcDevice);
+    if (p)
+        p->dstDevice = (CUdeviceptr)fgr_moved((uint64_t)p->dstDevice);
     void *src = fgr_get_buf(rd, q, fgr_mul((uint64_t)(n), 1), 0);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
@@ -4611,6 +4625,10 @@ static CUresult op_fgrArrayRead(struct fgr_rd *rd, struct fgr_req *q)
         p->srcArray = (CUarray)(uintptr_t)fgr_in(FGR_H_CUarray, (uint64_t)(uintptr_t)p->srcArray);
     if (p)
         p->dstArray = (CUarray)(uintptr_t)fgr_in(FGR_H_CUarray, (uint64_t)(uintptr_t)p->dstArray);
+    if (p)
+        p->srcDevice = (CUdeviceptr)fgr_moved((uint64_t)p->srcDevice);
+    if (p)
+        p->dstDevice = (CUdeviceptr)fgr_moved((uint64_t)p->dstDevice);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     void *dst = NULL;
@@ -7715,6 +7733,10 @@ static CUresult op_cuGraphMemsetNodeGetParams(struct fgr_rd *rd, struct fgr_req 
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuGraphMemsetNodeGetParams)fgr_real[FGR_OP_cuGraphMemsetNodeGetParams])(hNode, nodeParams);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (nodeParams)
+            nodeParams->dst = (CUdeviceptr)fgr_unmoved((uint64_t)nodeParams->dst);
+    }
     if (has_nodeParams)
         fgr_reply_out(q, nodeParams, sizeof(CUDA_MEMSET_NODE_PARAMS), 0, fgr_r);
     return fgr_r;
@@ -7725,6 +7747,8 @@ static CUresult op_cuGraphMemsetNodeSetParams(struct fgr_rd *rd, struct fgr_req 
     (void)q;
     CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
     CUDA_MEMSET_NODE_PARAMS *nodeParams = fgr_get_buf(rd, q, sizeof(CUDA_MEMSET_NODE_PARAMS), 1);
+    if (nodeParams)
+        nodeParams->dst = (CUdeviceptr)fgr_moved((uint64_t)nodeParams->dst);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -7744,6 +7768,8 @@ static CUresult op_cuGraphExecMemsetNodeSetParams(struct fgr_rd *rd, struct fgr_
     CUgraphNode hNode = (CUgraphNode)(uintptr_t)fgr_in(FGR_H_CUgraphNode, fgr_get_u64(rd));
     CUcontext ctx = (CUcontext)(uintptr_t)fgr_in(FGR_H_CUcontext, fgr_get_u64(rd));
     CUDA_MEMSET_NODE_PARAMS *memsetParams = fgr_get_buf(rd, q, sizeof(CUDA_MEMSET_NODE_PARAMS), 1);
+    if (memsetParams)
+        memsetParams->dst = (CUdeviceptr)fgr_moved((uint64_t)memsetParams->dst);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -8098,6 +8124,10 @@ static CUresult op_cuGraphExecMemcpyNodeSetParams(struct fgr_rd *rd, struct fgr_
         copyParams->srcArray = (CUarray)(uintptr_t)fgr_in(FGR_H_CUarray, (uint64_t)(uintptr_t)copyParams->srcArray);
     if (copyParams)
         copyParams->dstArray = (CUarray)(uintptr_t)fgr_in(FGR_H_CUarray, (uint64_t)(uintptr_t)copyParams->dstArray);
+    if (copyParams)
+        copyParams->srcDevice = (CUdeviceptr)fgr_moved((uint64_t)copyParams->srcDevice);
+    if (copyParams)
+        copyParams->dstDevice = (CUdeviceptr)fgr_moved((uint64_t)copyParams->dstDevice);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -8129,6 +8159,10 @@ static CUresult op_cuGraphMemcpyNodeSetParams(struct fgr_rd *rd, struct fgr_req 
         nodeParams->srcArray = (CUarray)(uintptr_t)fgr_in(FGR_H_CUarray, (uint64_t)(uintptr_t)nodeParams->srcArray);
     if (nodeParams)
         nodeParams->dstArray = (CUarray)(uintptr_t)fgr_in(FGR_H_CUarray, (uint64_t)(uintptr_t)nodeParams->dstArray);
+    if (nodeParams)
+        nodeParams->srcDevice = (CUdeviceptr)fgr_moved((uint64_t)nodeParams->srcDevice);
+    if (nodeParams)
+        nodeParams->dstDevice = (CUdeviceptr)fgr_moved((uint64_t)nodeParams->dstDevice);
     if (!fgr_rd_done(rd))
         return FGR_BAD_FRAME;
     CUresult fgr_r = CUDA_SUCCESS;
@@ -8162,6 +8196,12 @@ static CUresult op_cuGraphMemcpyNodeGetParams(struct fgr_rd *rd, struct fgr_req 
         return fgr_out_failed(q);
     if (fgr_r == CUDA_SUCCESS)
         fgr_r = ((pfn_cuGraphMemcpyNodeGetParams)fgr_real[FGR_OP_cuGraphMemcpyNodeGetParams])(hNode, nodeParams);
+    if (fgr_r == CUDA_SUCCESS) {
+        if (nodeParams)
+            nodeParams->srcDevice = (CUdeviceptr)fgr_unmoved((uint64_t)nodeParams->srcDevice);
+        if (nodeParams)
+            nodeParams->dstDevice = (CUdeviceptr)fgr_unmoved((uint64_t)nodeParams->dstDevice);
+    }
     if (has_nodeParams)
         fgr_reply_out(q, nodeParams, sizeof(CUDA_MEMCPY3D), 0, fgr_r);
     return fgr_r;

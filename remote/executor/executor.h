@@ -437,6 +437,8 @@ size_t fgr_contexts(uint64_t *ctx, size_t max);
  * p now is (p itself when not such), the same for each 8-byte word of
  * kernel parameters, and the table's entries (own.c). */
 uint64_t fgr_moved(uint64_t p);
+/* The client's address of p here (the other way: a structure answered). */
+uint64_t fgr_unmoved(uint64_t p);
 /* What an old address becomes once new memory lies there too: in no
  * range (a call is refused) and not canonical (a kernel faults). */
 #define FGR_MOVED_GONE 0xdead000000000000ull

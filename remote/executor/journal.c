@@ -286,13 +286,20 @@ uint32_t fgr_journal_seq(const struct fgr_link *l)
     return r ? r->seq : UINT32_MAX;
 }
 
-/* While a state is made again: the ranges each request added. */
-static struct added {
+/* While a state is made again: the state's device ranges, each with the
+ * request that made it (its place among the requests) and where the
+ * request made it again here, matched as the requests are made again
+ * (fgr_journal_range): memory the driver placed elsewhere is translated
+ * from then on, so that a later request naming it (a graph's memset node
+ * on an allocation node's memory) names it here. */
+static struct old {
     uint64_t base, size;
+    unsigned op;
     uint32_t seq;
-    int taken;
-} *added;
-static size_t nadded, capadded;
+    int taken, moved;
+    uint64_t now;
+} *olds;
+static size_t nolds;
 static uint32_t replaying = UINT32_MAX; /* the request being made again */
 static uint64_t *moved3; /* old, size, now per range placed elsewhere */
 static size_t nmoved3;
@@ -301,15 +308,19 @@ void fgr_journal_range(uint64_t base, uint64_t size)
 {
     if (replaying == UINT32_MAX)
         return;
-    if (nadded == capadded) {
-        size_t n = capadded ? 2 * capadded : 64;
-        struct added *m = realloc(added, n * sizeof *m);
-        if (!m)
-            return; /* unmatched then: the move is refused */
-        added = m;
-        capadded = n;
-    }
-    added[nadded++] = (struct added){base, size, replaying, 0};
+    for (size_t k = 0; k < nolds; k++)
+        if (!olds[k].taken && olds[k].seq == replaying && olds[k].size == size) {
+            olds[k].taken = 1;
+            olds[k].now = base;
+            /* Elsewhere: the old address names it from now on (refused at
+             * the end if other memory lies there, or if no room was left
+             * to note it). */
+            if (base != olds[k].base && fgr_moved_add(olds[k].base, size, base) == 0) {
+                olds[k].moved = 1;
+                fgr_moved_settle();
+            }
+            return;
+        }
 }
 
 size_t fgr_journal_moved(const uint64_t **old_size_now)
@@ -599,16 +610,41 @@ const char *fgr_journal_load(const uint8_t *p, uint64_t n, CUresult (*replay)(co
         return "the state's bytes are malformed";
     fgr_names_key(key, 1);
     explicit_bzero(key, sizeof key);
+    /* The requests are read over first, for the ranges' makers after them. */
     uint32_t nrecs = fgr_get_u32(&rd);
+    struct fgr_rd recs = rd;
     for (uint32_t k = 0; k < nrecs && !rd.bad; k++) {
-        uint32_t len = fgr_get_u32(&rd);
-        const uint8_t *frame = fgr_get_bytes(&rd, len);
+        fgr_get_bytes(&rd, fgr_get_u32(&rd));
         uint32_t nn = fgr_get_u32(&rd);
-        const uint8_t *names = !rd.bad && nn <= rd.left / 8 ? fgr_get_bytes(&rd, (uint64_t)nn * 8) : NULL;
-        if (!frame || len < FGR_REQ_HDR || (nn && !names)) {
+        if (nn > rd.left / 8)
             rd.bad = 1;
-            break;
+        else
+            fgr_get_bytes(&rd, (uint64_t)nn * 8);
+    }
+    const uint8_t *ops = fgr_get_u32(&rd) == nranges && nranges <= rd.left / 6 ? fgr_get_bytes(&rd, (uint64_t)nranges * 6) : NULL;
+    if (rd.bad || (nranges && !ops))
+        return "the state's bytes are malformed";
+    free(olds);
+    olds = calloc((size_t)nranges + 1, sizeof *olds);
+    if (!olds)
+        return "no memory to make the state again";
+    nolds = nranges;
+    for (uint32_t i = 0; i < nranges; i++) {
+        for (int b = 0; b < 8; b++) {
+            olds[i].base |= (uint64_t)ranges[16 * i + b] << (8 * b);
+            olds[i].size |= (uint64_t)ranges[16 * i + 8 + b] << (8 * b);
         }
+        olds[i].op = (unsigned)ops[6 * i] | (unsigned)ops[6 * i + 1] << 8;
+        for (int b = 0; b < 4; b++)
+            olds[i].seq |= (uint32_t)ops[6 * i + 2 + b] << (8 * b);
+    }
+    for (uint32_t k = 0; k < nrecs && !recs.bad; k++) {
+        uint32_t len = fgr_get_u32(&recs);
+        const uint8_t *frame = fgr_get_bytes(&recs, len);
+        uint32_t nn = fgr_get_u32(&recs);
+        const uint8_t *names = !recs.bad && nn <= recs.left / 8 ? fgr_get_bytes(&recs, (uint64_t)nn * 8) : NULL;
+        if (!frame || len < FGR_REQ_HDR || (nn && !names))
+            return "the state's bytes are malformed";
         uint64_t *forced = nn ? malloc((size_t)nn * 8) : NULL;
         if (nn && !forced)
             return "no memory to make the state again";
@@ -638,57 +674,40 @@ const char *fgr_journal_load(const uint8_t *p, uint64_t n, CUresult (*replay)(co
             return why;
         }
     }
-    const uint8_t *ops = fgr_get_u32(&rd) == nranges && nranges <= rd.left / 6 ? fgr_get_bytes(&rd, (uint64_t)nranges * 6) : NULL;
-    if (rd.bad || (nranges && !ops))
-        return "the state's bytes are malformed";
     const char *bad = fgr_names_restore(&rd);
     if (bad || !fgr_rd_done(&rd))
         return bad ? bad : "the state's bytes are malformed";
     /* Every range the client will copy is where it was, or (memory the
      * driver placed: a module's variable) where the request that made it
-     * placed it here. */
+     * placed it here, its old address naming nothing else here. */
     free(moved3);
     moved3 = malloc((size_t)nranges * 24 + 1);
     nmoved3 = 0;
     const char *no = moved3 ? NULL : "no memory to make the state again";
     for (uint32_t i = 0; i < nranges && !no; i++) {
-        uint64_t base = 0, size = 0;
-        for (int b = 0; b < 8; b++) {
-            base |= (uint64_t)ranges[16 * i + b] << (8 * b);
-            size |= (uint64_t)ranges[16 * i + 8 + b] << (8 * b);
-        }
-        unsigned op = (unsigned)ops[6 * i] | (unsigned)ops[6 * i + 1] << 8;
-        uint32_t seq = 0;
-        for (int b = 0; b < 4; b++)
-            seq |= (uint32_t)ops[6 * i + 2 + b] << (8 * b);
-        const char *name = op && op < FGR_NUM_OPS && fgr_ops[op].name ? fgr_ops[op].name : "an unknown operation";
-        size_t k = 0;
-        while (k < nadded && (added[k].taken || added[k].seq != seq || added[k].size != size))
-            k++;
-        if (k == nadded) {
+        const struct old *o = &olds[i];
+        const char *name = o->op && o->op < FGR_NUM_OPS && fgr_ops[o->op].name ? fgr_ops[o->op].name : "an unknown operation";
+        if (!o->taken) {
             snprintf(why, nwhy, "device memory at 0x%llx (%llu bytes, from %s) has no counterpart here",
-                     (unsigned long long)base, (unsigned long long)size, name);
+                     (unsigned long long)o->base, (unsigned long long)o->size, name);
             no = why;
             break;
         }
-        added[k].taken = 1;
-        if (added[k].base == base)
+        if (o->now == o->base)
             continue; /* where it was */
-        /* Elsewhere: the client's address must name nothing else here. */
-        if (fgr_mem_in(base, size) || fgr_moved_add(base, size, added[k].base) != 0) {
+        if (fgr_mem_in(o->base, o->size) || !o->moved) {
             snprintf(why, nwhy, "device memory at 0x%llx (%llu bytes, from %s) was placed elsewhere here, and its "
-                     "address is taken", (unsigned long long)base, (unsigned long long)size, name);
+                     "address is taken", (unsigned long long)o->base, (unsigned long long)o->size, name);
             no = why;
             break;
         }
-        moved3[3 * nmoved3] = base;
-        moved3[3 * nmoved3 + 1] = size;
-        moved3[3 * nmoved3 + 2] = added[k].base;
+        moved3[3 * nmoved3] = o->base;
+        moved3[3 * nmoved3 + 1] = o->size;
+        moved3[3 * nmoved3 + 2] = o->now;
         nmoved3++;
     }
-    fgr_moved_settle();
-    free(added);
-    added = NULL;
-    nadded = capadded = 0;
+    free(olds);
+    olds = NULL;
+    nolds = 0;
     return no;
 }

@@ -815,6 +815,14 @@ uint64_t fgr_moved(uint64_t p)
     return moved[lo].now + (p - moved[lo].old);
 }
 
+uint64_t fgr_unmoved(uint64_t p)
+{
+    for (size_t i = 0; i < nmoved; i++)
+        if (!moved[i].taken && p >= moved[i].now && p - moved[i].now < moved[i].end - moved[i].old)
+            return moved[i].old + (p - moved[i].now);
+    return p;
+}
+
 /* The program's address of the range at base here: the old address of
  * the move that placed it, unless another range lies there since. */
 static uint64_t moved_back(uint64_t base, uint64_t size)

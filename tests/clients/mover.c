@@ -1,6 +1,6 @@
 /* A program that keeps changing device memory and checking it, to be moved
  * between servers while it runs (flexgv migrate):
- *     mover STEPS [HOLD_AT[,HOLD_AT...] READY GO [busy][,grow][,pool][,hostfn][,many][,churn][,captured[1]]]
+ *     mover STEPS [HOLD_AT[,HOLD_AT...] READY GO [busy][,grow][,pool][,hostfn][,many][,churn][,captured[1]][,memnodes]]
  * Each step adds the step's number to every word of a buffer and of a
  * module variable (a kernel launched on a stream), and to another buffer
  * twice the last odd step's (an explicit graph's kernel node, in a child
@@ -29,8 +29,11 @@
  * joined through events: a kernel adding 1 and a memset on one, a kernel
  * adding 2 and a host function on the other), launched each step, whose
  * buffers and host function count are checked at each step; "captured1"
- * the same, the graph destroyed once instantiated. It prints each check's
- * sum, so a moved run's output equals an unmoved one's.
+ * the same, the graph destroyed once instantiated; "memnodes" launches
+ * each step a graph that allocates memory (an allocation node, placed by
+ * the driver), sets it, copies it into a buffer checked at each step and
+ * frees it. It prints each check's sum, so a moved run's output equals an
+ * unmoved one's.
  */
 #include "common.h"
 
@@ -120,8 +123,8 @@ int main(int argc, char **argv)
     int many = argc > 5 && strstr(argv[5], "many");
     int churned = argc > 5 && strstr(argv[5], "churn");
     int captured = argc > 5 && strstr(argv[5], "captured"), capfree = argc > 5 && strstr(argv[5], "captured1");
+    int memnodes = argc > 5 && strstr(argv[5], "memnodes");
     CUcontext ctx = primary_context();
-    (void)ctx;
     /* A module and function made and gone first: what moves is named as
      * its executor named it, not as a new one would. */
     CUmodule gone;
@@ -278,6 +281,41 @@ int main(int argc, char **argv)
             CHECK(cuGraphDestroy(cg));
     }
 
+    /* A graph of its own memory: allocated, set, copied out, freed. */
+    CUdeviceptr mout = 0;
+    CUgraphExec mge = NULL;
+    enum { MNW = 4096 };
+    if (memnodes) {
+        CUgraph mg;
+        CUgraphNode an, sn, cn, fn;
+        CHECK(cuMemAlloc_v2(&mout, MNW * 4));
+        CHECK(cuGraphCreate(&mg, 0));
+        CUDA_MEM_ALLOC_NODE_PARAMS ap;
+        memset(&ap, 0, sizeof ap);
+        ap.poolProps.allocType = CU_MEM_ALLOCATION_TYPE_PINNED;
+        ap.poolProps.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        ap.bytesize = MNW * 4;
+        CHECK(cuGraphAddMemAllocNode(&an, mg, NULL, 0, &ap));
+        CUDA_MEMSET_NODE_PARAMS sp;
+        memset(&sp, 0, sizeof sp);
+        sp.dst = ap.dptr;
+        sp.value = 0x77777777u;
+        sp.elementSize = 4;
+        sp.width = MNW;
+        sp.height = 1;
+        CHECK(cuGraphAddMemsetNode(&sn, mg, &an, 1, &sp, ctx));
+        CUDA_MEMCPY3D cp;
+        memset(&cp, 0, sizeof cp);
+        cp.srcMemoryType = cp.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+        cp.srcDevice = ap.dptr;
+        cp.dstDevice = mout;
+        cp.WidthInBytes = MNW * 4;
+        cp.Height = cp.Depth = 1;
+        CHECK(cuGraphAddMemcpyNode(&cn, mg, &sn, 1, &cp, ctx));
+        CHECK(cuGraphAddMemFreeNode(&fn, mg, &cn, 1, ap.dptr));
+        CHECK(cuGraphInstantiateWithFlags(&mge, mg, 0));
+    }
+
     static CUdeviceptr smalls[MANY];
     for (unsigned k = 0; many && k < MANY; k++) {
         unsigned kv = 50000 + k, kw = MANYW;
@@ -335,6 +373,10 @@ int main(int argc, char **argv)
         }
         if (captured)
             CHECK(cuGraphLaunch(cge, s));
+        if (memnodes) {
+            CHECK(cuMemsetD32Async(mout, 0, MNW, s));
+            CHECK(cuGraphLaunch(mge, s));
+        }
         CHECK(cuEventRecord(ev, s));
         CHECK(cuEventSynchronize(ev));
         if (hostfn && (fn_calls != (unsigned)step || node_calls != (unsigned)step)) {
@@ -367,6 +409,8 @@ int main(int argc, char **argv)
         if (captured && (!words_are(step, "captured 1", c1, WORDS, (unsigned)step, host, &sum) ||
                          !words_are(step, "captured 2", c2, WORDS, 2 * (unsigned)step, host, &sum) ||
                          !words_are(step, "captured memset", cset, 4096, 0x5eed, host, &sum)))
+            return 1;
+        if (memnodes && !words_are(step, "from the graph's memory", mout, MNW, 0x77777777u, host, &sum))
             return 1;
         if (captured && cap_calls != (unsigned)step) {
             printf("step %d: the captured host function ran %u times\n", step, cap_calls);

@@ -861,11 +861,13 @@ func TestRemoteMigrateWaitsForNoHostFunction(t *testing.T) {
 // program, made again by its capture's requests on the new server, and so
 // does its executable when the program destroyed the graph once it was
 // instantiated: each launch after the move changes the buffers and runs
-// the host function as before. A failover server takes checkpoints of
-// such a program.
+// the host function as before. So does a graph of memory nodes, whose
+// allocation the new server's driver places elsewhere: its memset and copy
+// nodes, made again after it, name its memory there. A failover server
+// takes checkpoints of such programs.
 func TestRemoteMigrateCapturedGraph(t *testing.T) {
 	e := newEnv(t)
-	for _, mode := range []string{"captured", "captured1"} {
+	for _, mode := range []string{"captured", "captured1", "memnodes"} {
 		local := runsLocally(t, e, []string{"mover", "6", "0", "none", "none", mode}, "done")
 		t.Run(mode, func(t *testing.T) {
 			a, b := e.serveNamed("a-"+mode, "unix"), e.serveNamed("b-"+mode, "unix")

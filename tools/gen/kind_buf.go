@@ -64,6 +64,9 @@ func (k inKind) decode(w *cw, a arg) {
 		w.ifThen(a.p.Name, cf("%s->%s = (%s)(uintptr_t)fgr_in(FGR_H_%s, (uint64_t)(uintptr_t)%s->%s);",
 			a.p.Name, f[0], f[1], f[1], a.p.Name, f[0]))
 	}
+	for _, f := range structAddrs[t] {
+		w.ifThen(a.p.Name, cf("%s->%s = (CUdeviceptr)fgr_moved((uint64_t)%s->%s);", a.p.Name, f, a.p.Name, f))
+	}
 }
 
 // An array of handles, once the whole frame is read, by the client's names.
@@ -191,6 +194,9 @@ func (outKind) alloc(w *cw, a arg) {
 
 func (outKind) record(w *cw, a arg) {
 	t := pointee(a.p.Type)
+	for _, f := range structAddrs[t] { // the program's addresses
+		w.ifThen(a.p.Name, cf("%s->%s = (CUdeviceptr)fgr_unmoved((uint64_t)%s->%s);", a.p.Name, f, a.p.Name, f))
+	}
 	if !remoteHandles[t] {
 		return
 	}

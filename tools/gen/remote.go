@@ -93,6 +93,14 @@ var structHandles = map[string][][2]string{
 	"CUDA_MEMCPY3D":                 {{"srcArray", "CUarray"}, {"dstArray", "CUarray"}},
 }
 
+// structAddrs are the device addresses in structures a request carries:
+// the program's, so translated where its memory moved (fgr_moved) before
+// they are checked, and translated back in a structure a call answers.
+var structAddrs = map[string][]string{
+	"CUDA_MEMSET_NODE_PARAMS": {"dst"},
+	"CUDA_MEMCPY3D":           {"srcDevice", "dstDevice"},
+}
+
 // structConds are what must hold of the other words of a structure a
 // request carries (keyed by its type, or by "CALL TYPE" for one call's),
 // else the call is refused with its error: $ stands for
