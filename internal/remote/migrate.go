@@ -18,9 +18,10 @@ import (
 
 // A running executor is asked to move its program to another server over
 // its control socket (--control-fd): the server writes "migrate ADDR\n"
-// and sends SIGUSR2; the executor answers "moved ADDR MILLIS\n" or
-// "stayed REASON\n" once its client has tried, which is at the client's
-// next call.
+// and sends SIGUSR2, once the executor said "ready\n" there (it handles the
+// signal from then on; before, the signal would end it); the executor
+// answers "moved ADDR MILLIS\n" or "stayed REASON\n" once its client has
+// tried, which is at the client's next call.
 
 // maxControlLine bounds a line an executor writes on its control socket;
 // longer ones are skipped.
@@ -90,6 +91,9 @@ type executor struct {
 	ctl          *os.File // the server's end of the control socket (non-blocking)
 	pending      bool     // a migration request awaits its answer
 	target       string   // where the pending request asked it to move
+	// ready: it said so on its control socket, SIGUSR2 no longer ends it;
+	// unsignalled: a request was written before then, to signal once it is.
+	ready, unsignalled bool
 	// answer is where the answer to the pending request goes (buffered:
 	// the Migrate that asked may have stopped waiting).
 	answer chan answer
@@ -182,7 +186,18 @@ func (s *Server) readControl(e *executor) {
 		if err != nil {
 			return
 		}
-		s.answered(e, strings.TrimSuffix(string(line), "\n"))
+		if l := strings.TrimSuffix(string(line), "\n"); l == "ready" {
+			s.mu.Lock()
+			e.ready = true
+			due := e.unsignalled
+			e.unsignalled = false
+			s.mu.Unlock()
+			if due {
+				e.proc.Signal(syscall.SIGUSR2) // an end meanwhile is found by its answer's wait
+			}
+		} else {
+			s.answered(e, l)
+		}
 	}
 }
 
@@ -280,12 +295,21 @@ func (s *Server) Migrate(ctx context.Context, to string, sel Selection, wait tim
 	return results, nil
 }
 
-// ask writes the request on e's control socket and signals e to read it.
+// ask writes the request on e's control socket and signals e to read it,
+// at once if it said it is ready, else once it does (SIGUSR2 would end an
+// executor still starting).
 func (s *Server) ask(e *executor, to string) error {
 	// The executor may read it late, but one request at most is there.
 	e.ctl.SetWriteDeadline(time.Now().Add(5 * time.Second))
 	if _, err := e.ctl.Write([]byte("migrate " + to + "\n")); err != nil {
 		return fmt.Errorf("the executor ended before it was asked (%v)", err)
+	}
+	s.mu.Lock()
+	ready := e.ready
+	e.unsignalled = !ready
+	s.mu.Unlock()
+	if !ready {
+		return nil
 	}
 	if err := e.proc.Signal(syscall.SIGUSR2); err != nil {
 		return fmt.Errorf("the executor ended before it was asked (%v)", err)

@@ -38,8 +38,9 @@ func TestMain(m *testing.M) {
 	}
 }
 
-// fakeExecutor tells its client its pid, and each migration request it is
-// signalled ("asked TARGET"); each byte the client sends is a call, at
+// fakeExecutor tells its client its pid, then (after
+// FLEXGV_TEST_FAKE_STARTS_MS) the server that it is ready, and its client
+// each migration request it is signalled ("asked TARGET"); each byte the client sends is a call, at
 // which it answers a pending request: m moved (then exits), s stayed,
 // e exits without an answer.
 func fakeExecutor(args []string) {
@@ -54,8 +55,23 @@ func fakeExecutor(args []string) {
 		os.Exit(2)
 	}
 	conn, ctl := os.NewFile(3, "conn"), os.NewFile(uintptr(ctlFd), "control")
+	fmt.Fprintf(conn, "pid %d\n", os.Getpid())
+	// An executor still starting: SIGUSR2 ends it, as it ends a real one
+	// before its handler is set.
+	if ms, err := strconv.Atoi(os.Getenv("FLEXGV_TEST_FAKE_STARTS_MS")); err == nil {
+		early := make(chan os.Signal, 1)
+		signal.Notify(early, syscall.SIGUSR2)
+		time.Sleep(time.Duration(ms) * time.Millisecond)
+		select {
+		case <-early:
+			os.Exit(4)
+		default:
+		}
+		signal.Stop(early)
+	}
 	asked := make(chan os.Signal, 1)
 	signal.Notify(asked, syscall.SIGUSR2)
+	fmt.Fprintf(ctl, "ready\n")
 	var mu sync.Mutex
 	target := ""
 	go func() {
@@ -71,7 +87,6 @@ func fakeExecutor(args []string) {
 			mu.Unlock()
 		}
 	}()
-	fmt.Fprintf(conn, "pid %d\n", os.Getpid())
 	b := make([]byte, 1)
 	for {
 		if _, err := conn.Read(b); err != nil {
@@ -98,7 +113,7 @@ func fakeExecutor(args []string) {
 
 // testServer serves on a unix socket with fake executors, tenants a
 // and b by their tokens.
-func testServer(t *testing.T) (*Server, string, *syncBuf) {
+func testServer(t *testing.T, env ...string) (*Server, string, *syncBuf) {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "s.sock")
 	l, err := Listen(Addr{"unix", sock})
@@ -110,7 +125,7 @@ func testServer(t *testing.T) (*Server, string, *syncBuf) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{Executor: exe, Env: append(os.Environ(), "FLEXGV_TEST_FAKE_EXECUTOR=1"), Log: log, PinnedMax: -1,
+	s := &Server{Executor: exe, Env: append(append(os.Environ(), "FLEXGV_TEST_FAKE_EXECUTOR=1"), env...), Log: log, PinnedMax: -1,
 		Tenants: []*Tenant{NewTenant("a", []byte("token-of-tenant-a"), nil), NewTenant("b", []byte("token-of-tenant-b"), nil)}}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
@@ -371,5 +386,17 @@ func TestMigrateMovedThenEndedCountsAsMoved(t *testing.T) {
 		for !strings.Contains(log.String(), fmt.Sprintf("executor pid %d ended", first.pid)) {
 			time.Sleep(10 * time.Millisecond)
 		}
+	}
+}
+
+// An executor asked before it is ready (still starting: the signal would
+// end it) is signalled once it says it is, and moves.
+func TestMigrateAnExecutorStillStarting(t *testing.T) {
+	s, sock, _ := testServer(t, "FLEXGV_TEST_FAKE_STARTS_MS=500")
+	a := connect(t, s, sock, "a")
+	got := migrate(s, Selection{All: true}, time.Minute)
+	a.call('m')
+	if rs := <-got; len(rs) != 1 || rs[0].Outcome != Moved {
+		t.Fatalf("results %s, want moved", describe(rs))
 	}
 }

@@ -112,6 +112,8 @@ static const struct {
     {FGR_OP_cuArray3DCreate_v2, "a CUDA array (its contents do not move)"},
     {FGR_OP_cuMipmappedArrayCreate, "a mipmapped array (its contents do not move)"},
     {FGR_OP_fgrUserObjectCreate, "a user object (its references, and its destructor's turn, do not move)"},
+    /* The client's copy of it would not follow the driver's new placement. */
+    {FGR_OP_cuMemAllocManaged, "managed memory (the program's copy of it does not follow a move yet)"},
 };
 
 void fgr_journal_begin(const uint8_t *body, uint32_t n, unsigned op)

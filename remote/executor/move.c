@@ -1,6 +1,6 @@
 /* Moving a connection to another server (remote/client/migrate.c does the
  * moving). flexgv serve asks through the control socket (--control-fd): a
- * line "migrate ADDR", then SIGUSR2; the next answer is preceded by an
+ * line "migrate ADDR", then SIGUSR2 once the executor said "ready" there; the next answer is preceded by an
  * output frame that tells the client ADDR. The client then has this
  * executor drain and give its state's bytes (journal.c) and the bytes of
  * its device memory (device to device on one host: fgrStatePull), makes
@@ -480,4 +480,9 @@ void fgr_move_init(void *driver, int control_fd, CUresult (*replay_fn)(const uin
     sa.sa_flags = SA_RESTART;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGUSR2, &sa, NULL);
+    /* Until now SIGUSR2 would end this process: the server signals only
+     * once told. */
+    static const char ready[] = "ready\n";
+    if (write(control, ready, sizeof ready - 1) != (ssize_t)sizeof ready - 1)
+        fgr_logf("cannot tell the server this executor takes moves: %s", strerror(errno));
 }

@@ -1,6 +1,6 @@
 /* A program that keeps changing device memory and checking it, to be moved
  * between servers while it runs (flexgv migrate):
- *     mover STEPS [HOLD_AT[,HOLD_AT...] READY GO [busy][,grow][,pool][,hostfn][,many][,churn][,captured[1]][,memnodes]]
+ *     mover STEPS [HOLD_AT[,HOLD_AT...] READY GO [busy][,grow][,pool][,hostfn][,many][,churn][,captured[1]][,memnodes][,managed]]
  * Each step adds the step's number to every word of a buffer and of a
  * module variable (a kernel launched on a stream), and to another buffer
  * twice the last odd step's (an explicit graph's kernel node, in a child
@@ -32,7 +32,8 @@
  * the same, the graph destroyed once instantiated; "memnodes" launches
  * each step a graph that allocates memory (an allocation node, placed by
  * the driver), sets it, copies it into a buffer checked at each step and
- * frees it. It prints each check's sum, so a moved run's output equals an
+ * frees it; "managed" has a kernel fill managed memory each step, read on
+ * the host. It prints each check's sum, so a moved run's output equals an
  * unmoved one's.
  */
 #include "common.h"
@@ -124,6 +125,7 @@ int main(int argc, char **argv)
     int churned = argc > 5 && strstr(argv[5], "churn");
     int captured = argc > 5 && strstr(argv[5], "captured"), capfree = argc > 5 && strstr(argv[5], "captured1");
     int memnodes = argc > 5 && strstr(argv[5], "memnodes");
+    int managed = argc > 5 && strstr(argv[5], "managed");
     CUcontext ctx = primary_context();
     /* A module and function made and gone first: what moves is named as
      * its executor named it, not as a new one would. */
@@ -316,6 +318,11 @@ int main(int argc, char **argv)
         CHECK(cuGraphInstantiateWithFlags(&mge, mg, 0));
     }
 
+    /* Managed memory a kernel fills each step, read on the host. */
+    CUdeviceptr mm = 0;
+    if (managed)
+        CHECK(cuMemAllocManaged(&mm, 4096, CU_MEM_ATTACH_GLOBAL));
+
     static CUdeviceptr smalls[MANY];
     for (unsigned k = 0; many && k < MANY; k++) {
         unsigned kv = 50000 + k, kw = MANYW;
@@ -412,6 +419,16 @@ int main(int argc, char **argv)
             return 1;
         if (memnodes && !words_are(step, "from the graph's memory", mout, MNW, 0x77777777u, host, &sum))
             return 1;
+        if (managed) {
+            unsigned mv2 = 500 + v, mwn = 1024;
+            void *pmm[] = {&mm, &mv2, &mwn};
+            CHECK(cuLaunchKernel(fill, 1, 1, 1, 256, 1, 1, 0, s, pmm, NULL));
+            CHECK(cuStreamSynchronize(s));
+            if (((unsigned *)(uintptr_t)mm)[1023] != mv2) {
+                printf("step %d: managed memory holds %u, want %u\n", step, ((unsigned *)(uintptr_t)mm)[1023], mv2);
+                return 1;
+            }
+        }
         if (captured && cap_calls != (unsigned)step) {
             printf("step %d: the captured host function ran %u times\n", step, cap_calls);
             return 1;

@@ -885,3 +885,19 @@ func TestRemoteMigrateCapturedGraph(t *testing.T) {
 		})
 	}
 }
+
+// A program holding managed memory is not moved (its host side would not
+// follow the memory's new placement): it stays, told why, and finishes as
+// an unmoved run.
+func TestRemoteMigrateRefusesManagedMemory(t *testing.T) {
+	e := newEnv(t)
+	local := runsLocally(t, e, []string{"mover", "6", "0", "none", "none", "managed"}, "done")
+	a, b := e.serveNamed("a", "unix"), e.serveNamed("b", "unix")
+	m, p := moverRunAs(t, e, "busy,managed", a, b)
+	if m.code == 0 || !strings.Contains(m.stdout, "stayed on") || !strings.Contains(m.stdout, "managed memory") {
+		t.Errorf("flexgv migrate: exit %d, want a refusal naming managed memory\n%s%s", m.code, m.stdout, m.stderr)
+	}
+	if p.code != 0 || p.stdout != local.stdout {
+		t.Errorf("the program: exit %d\n%s\nwant\n%s\n%s", p.code, p.stdout, local.stdout, p.stderr)
+	}
+}
