@@ -293,6 +293,8 @@ struct fgr_kept_ref {
 };
 struct fgr_kept_ref fgr_failover_keep_first(int op, const struct fgr_buf *w);
 void fgr_failover_made(struct fgr_kept_ref ref, const uint8_t *a, uint32_t n, const void *direct, uint64_t dn);
+/* Whether this thread makes a move or checkpoint now (conn.c). */
+int fgr_moving_here(void);
 int fgr_checkpoint_due(void);
 /* The calls kept passed their bound: a checkpoint is due even while a
  * stream capture is open, to say none can be taken. */

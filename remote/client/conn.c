@@ -124,6 +124,11 @@ static char *move_asked;
 static int moving;
 static pthread_t moving_thread;
 
+int fgr_moving_here(void)
+{
+    return __atomic_load_n(&moving, __ATOMIC_ACQUIRE) && pthread_equal(moving_thread, pthread_self());
+}
+
 /* Whole-buffer I/O on the connection, in TLS for tls:// (fgr_read_all's
  * and fgr_write_all's answers). */
 static int conn_write(int fd, const void *p, size_t n)
@@ -1217,8 +1222,8 @@ CUresult fgr_begin(struct fgr_call *c, int op, int queued)
         !reading && !ticket_waits && !ticket_reader && strncmp(fgr_op_names[op], "fgr", 3)) {
         char *to = __atomic_load_n(&fgr_captures, __ATOMIC_ACQUIRE) > 0 ? NULL
                                                                         : __atomic_exchange_n(&move_asked, NULL, __ATOMIC_ACQ_REL);
-        moving = 1;
         moving_thread = pthread_self();
+        __atomic_store_n(&moving, 1, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&conn_lock);
         if (to)
             fgr_move(to);
@@ -1228,7 +1233,7 @@ CUresult fgr_begin(struct fgr_call *c, int op, int queued)
             fgr_checkpoint();
         free(to);
         pthread_mutex_lock(&conn_lock);
-        moving = 0;
+        __atomic_store_n(&moving, 0, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&conn_cv);
         r = connect_locked();
     }

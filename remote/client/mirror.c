@@ -750,15 +750,19 @@ static int is_wait(int op)
     return 0;
 }
 
+/* Not for a move's or checkpoint's own calls: the program's calls wait for
+ * those (conn.c), one of them perhaps holding the mirrors while it does
+ * (a push under way); what they carry was pushed at the call they began
+ * in, and the rest goes where the program then is. */
 void fgr_mirror_before(int op)
 {
-    if (__atomic_load_n(&fgr_nmirrors, __ATOMIC_ACQUIRE) && !is_mirror_op(op))
+    if (__atomic_load_n(&fgr_nmirrors, __ATOMIC_ACQUIRE) && !is_mirror_op(op) && !fgr_moving_here())
         push(is_wait(op));
 }
 
 void fgr_mirror_after(int op, CUresult r)
 {
-    if (r == CUDA_SUCCESS && fgr_op_syncs[op] && __atomic_load_n(&fgr_nmirrors, __ATOMIC_ACQUIRE))
+    if (r == CUDA_SUCCESS && fgr_op_syncs[op] && __atomic_load_n(&fgr_nmirrors, __ATOMIC_ACQUIRE) && !fgr_moving_here())
         pull();
 }
 

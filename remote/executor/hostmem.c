@@ -186,6 +186,14 @@ static CUresult mapped_write(CUdeviceptr dst, const void *src, size_t bytes)
     return CUDA_SUCCESS;
 }
 
+/* The client's addresses, where the memory is here (managed memory a move
+ * placed elsewhere: move.c): the request's own copy, changed in place. */
+static void moved_n(CUdeviceptr *p, unsigned n)
+{
+    for (unsigned i = 0; i < n; i++)
+        p[i] = (CUdeviceptr)fgr_moved((uint64_t)p[i]);
+}
+
 /* Several allocations' bytes, one after another (one round trip however
  * many the client has). */
 static CUresult mapped_read(const CUdeviceptr *srcs, const size_t *sizes, unsigned int count, void *dst,
@@ -194,6 +202,7 @@ static CUresult mapped_read(const CUdeviceptr *srcs, const size_t *sizes, unsign
     size_t at = 0;
     if (!dst || (count && (!srcs || !sizes)) || bytes > FGR_MIRROR_BATCH)
         return CUDA_ERROR_INVALID_VALUE; /* the answer has room for that much */
+    moved_n((CUdeviceptr *)srcs, count);
     for (unsigned i = 0; i < count; i++)
         if (!holding(srcs[i], sizes[i]) || sizes[i] > bytes - at)
             return CUDA_ERROR_INVALID_VALUE;
@@ -216,6 +225,7 @@ static CUresult mapped_sums(const CUdeviceptr *srcs, const size_t *sizes, unsign
     unsigned k = 0;
     if (!sums || (count && (!srcs || !sizes)) || nsums > FGR_MAX_SUMS)
         return CUDA_ERROR_INVALID_VALUE;
+    moved_n((CUdeviceptr *)srcs, count);
     for (unsigned i = 0; i < count; i++) {
         uint64_t blocks = (sizes[i] + FGR_SUM_BLOCK - 1) / FGR_SUM_BLOCK;
         if (!holding(srcs[i], sizes[i]) || blocks > nsums - k)

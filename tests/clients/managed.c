@@ -77,13 +77,16 @@ static void *worker(void *arg)
     enum { M = 4096, ROUNDS = 40 };
     CUstream s;
     CUdeviceptr da, db, dc;
-    if (cuCtxSetCurrent(ctx) || cuStreamCreate(&s, CU_STREAM_NON_BLOCKING) ||
-        cuMemAllocManaged(&da, M * sizeof(float), CU_MEM_ATTACH_GLOBAL) ||
-        cuMemAllocManaged(&db, M * sizeof(float), CU_MEM_ATTACH_GLOBAL) ||
-        cuMemAllocManaged(&dc, M * sizeof(float), CU_MEM_ATTACH_GLOBAL) ||
-        cuStreamAttachMemAsync(s, da, 0, CU_MEM_ATTACH_SINGLE) || cuStreamAttachMemAsync(s, db, 0, CU_MEM_ATTACH_SINGLE) ||
-        cuStreamAttachMemAsync(s, dc, 0, CU_MEM_ATTACH_SINGLE) || cuStreamSynchronize(s))
+    CUresult e;
+    if ((e = cuCtxSetCurrent(ctx)) || (e = cuStreamCreate(&s, CU_STREAM_NON_BLOCKING)) ||
+        (e = cuMemAllocManaged(&da, M * sizeof(float), CU_MEM_ATTACH_GLOBAL)) ||
+        (e = cuMemAllocManaged(&db, M * sizeof(float), CU_MEM_ATTACH_GLOBAL)) ||
+        (e = cuMemAllocManaged(&dc, M * sizeof(float), CU_MEM_ATTACH_GLOBAL)) ||
+        (e = cuStreamAttachMemAsync(s, da, 0, CU_MEM_ATTACH_SINGLE)) || (e = cuStreamAttachMemAsync(s, db, 0, CU_MEM_ATTACH_SINGLE)) ||
+        (e = cuStreamAttachMemAsync(s, dc, 0, CU_MEM_ATTACH_SINGLE)) || (e = cuStreamSynchronize(s))) {
+        fprintf(stderr, "thread %ld, setting up: %s\n", t, result_name(e));
         return (void *)-1L;
+    }
     float *a = (float *)(uintptr_t)da, *b = (float *)(uintptr_t)db, *c = (float *)(uintptr_t)dc;
     int n = M;
     void *params[] = {&da, &db, &dc, &n};
@@ -92,8 +95,13 @@ static void *worker(void *arg)
             a[j] = (float)(r * 7 + j);
             b[j] = (float)(t * 1000 + r);
         }
-        if (cuLaunchKernel(vecadd_fn, M / 256, 1, 1, 256, 1, 1, 0, s, params, NULL) || cuStreamSynchronize(s))
+        e = cuLaunchKernel(vecadd_fn, M / 256, 1, 1, 256, 1, 1, 0, s, params, NULL);
+        if (e == CUDA_SUCCESS)
+            e = cuStreamSynchronize(s);
+        if (e != CUDA_SUCCESS) {
+            fprintf(stderr, "thread %ld, round %d: %s\n", t, r, result_name(e));
             return (void *)-1L;
+        }
         for (int j = 0; j < M; j++)
             wrong += c[j] != (float)(r * 7 + j) + (float)(t * 1000 + r);
     }

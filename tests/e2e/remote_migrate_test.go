@@ -888,7 +888,10 @@ func TestRemoteMigrateCapturedGraph(t *testing.T) {
 
 // A program holding managed memory is not moved (its host side would not
 // follow the memory's new placement): it stays, told why, and finishes as
-// an unmoved run.
+// an unmoved run. Asked while its threads write managed memory (their
+// writes go to the server before their calls, under the mirrors' lock),
+// the move's own calls do not wait for that lock, which a thread holds
+// while it waits for the move: the program finishes.
 func TestRemoteMigrateRefusesManagedMemory(t *testing.T) {
 	e := newEnv(t)
 	local := runsLocally(t, e, []string{"mover", "6", "0", "none", "none", "managed"}, "done")
@@ -899,5 +902,36 @@ func TestRemoteMigrateRefusesManagedMemory(t *testing.T) {
 	}
 	if p.code != 0 || p.stdout != local.stdout {
 		t.Errorf("the program: exit %d\n%s\nwant\n%s\n%s", p.code, p.stdout, local.stdout, p.stderr)
+	}
+	threads := runsLocally(t, e, []string{"managed", "threads"}, "thread 3: 0 results wrong")
+	for round := 0; round < 5; round++ {
+		cmd := exec.Command(bin("managed"), "threads")
+		cmd.Env = append(e.environ(filepath.Join(build, "remote")), "FLEXGV_REMOTE="+a.addr)
+		var out, errb lockedBuffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		asked, deadline := 0, time.Now().Add(60*time.Second)
+		for ended := false; !ended; {
+			select {
+			case <-done:
+				ended = true
+			default:
+				if time.Now().After(deadline) {
+					cmd.Process.Kill()
+					<-done
+					t.Fatalf("managed threads still runs 60 s after it began, asked to move %d times\n%s", asked, errb.String())
+				}
+				if e.run("flexgv", "migrate", "--server", a.addr, "--to", b.addr, "--all", "--wait", "2s").code != 2 {
+					asked++
+				}
+			}
+		}
+		if code := cmd.ProcessState.ExitCode(); code != 0 || out.String() != threads.stdout {
+			t.Errorf("managed threads asked to move %d times: exit %d\n%s\nwant\n%s\n%s", asked, code, out.String(), threads.stdout, errb.String())
+		}
 	}
 }
