@@ -69,34 +69,109 @@ static void *runner(void *arg)
     return NULL;
 }
 
+/* Device work that waits for a condition of memory (a stream waiting for
+ * a word the program or another stream writes): its place in the lane is
+ * released by a thread of its own once the stream has reached it and
+ * ready(arg) holds, so that host functions go on meanwhile. */
+struct watched {
+    struct watched *next;
+    int lane;
+    uint64_t count;
+    int (*ready)(void *arg);
+    void *arg; /* freed once ready */
+};
+
+static pthread_mutex_t wmu = PTHREAD_MUTEX_INITIALIZER;
+static struct watched *watched;
+static int watching; /* the thread is there */
+
+static void *watcher(void *arg)
+{
+    (void)arg;
+    long idle_ns = 20000;
+    for (;;) {
+        int released = 0;
+        pthread_mutex_lock(&wmu);
+        for (struct watched **pp = &watched; *pp;) {
+            struct watched *w = *pp;
+            if (sim_finished(w->lane, w->count - 1) && w->ready(w->arg)) {
+                *pp = w->next;
+                sim_host_release(w->lane, w->count);
+                free(w->arg);
+                free(w);
+                released = 1;
+            } else {
+                pp = &w->next;
+            }
+        }
+        pthread_mutex_unlock(&wmu);
+        struct timespec ts = {0, idle_ns};
+        nanosleep(&ts, NULL);
+        idle_ns = released ? 20000 : idle_ns < 500000 ? 2 * idle_ns : 1000000;
+    }
+    return NULL;
+}
+
 static void after_fork_child(void)
 {
     pthread_mutex_init(&mu, NULL);
     pthread_cond_init(&cv, NULL);
     queue = NULL; /* the parent's, on its lanes */
     running = 0;
+    pthread_mutex_init(&wmu, NULL);
+    watched = NULL;
+    watching = 0;
 }
 
-/* Queues fn(data), or cb(stream, status, data), behind s's work. */
 static void at_fork(void) { pthread_atfork(NULL, NULL, after_fork_child); }
 
-void sim_host_enqueue(struct sim_stream *s, CUhostFn fn, CUstreamCallback cb, CUstream stream, void *data)
+/* A thread of the simulated driver's: detached, none of the program's
+ * signals. 1 once started. */
+static int start(void *(*fn)(void *))
 {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
     pthread_once(&once, at_fork);
-    pthread_mutex_lock(&mu);
-    if (!running) {
-        sigset_t all, old;
-        sigfillset(&all);
-        pthread_sigmask(SIG_SETMASK, &all, &old); /* the program's signals are not its */
-        pthread_t t;
-        pthread_attr_t at;
-        pthread_attr_init(&at);
-        pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-        running = pthread_create(&t, &at, runner, NULL) == 0;
-        pthread_attr_destroy(&at);
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_t t;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    int ok = pthread_create(&t, &at, fn, NULL) == 0;
+    pthread_attr_destroy(&at);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return ok;
+}
+
+int sim_host_wait_until(struct sim_stream *s, int (*ready)(void *arg), void *arg)
+{
+    pthread_mutex_lock(&wmu);
+    if (!watching)
+        watching = start(watcher);
+    int thread = watching;
+    pthread_mutex_unlock(&wmu);
+    struct watched *w = thread ? malloc(sizeof *w) : NULL;
+    uint64_t c = w ? sim_submit_host(s->lane) : 0;
+    if (!c) {
+        free(w);
+        return 0;
     }
+    *w = (struct watched){NULL, s->lane, c, ready, arg};
+    s->last = c;
+    pthread_mutex_lock(&wmu);
+    w->next = watched;
+    watched = w;
+    pthread_mutex_unlock(&wmu);
+    return 1;
+}
+
+/* Queues fn(data), or cb(stream, status, data), behind s's work. */
+void sim_host_enqueue(struct sim_stream *s, CUhostFn fn, CUstreamCallback cb, CUstream stream, void *data)
+{
+    pthread_mutex_lock(&mu);
+    if (!running)
+        running = start(runner);
     int thread = running;
     pthread_mutex_unlock(&mu);
     /* Not under mu: a full lane waits here for the runner. */

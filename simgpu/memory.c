@@ -1950,28 +1950,43 @@ CUresult sim_memops_check(unsigned int count, const CUstreamBatchMemOpParams *op
     return CUDA_SUCCESS;
 }
 
-/* Checked operations made in order: writes at once, as memsets are; a wait
- * not met (strict) would wait for what the simulated GPU does not model:
- * another stream's later work, a peer's: refused there. */
-static CUresult run_ops(unsigned int count, const CUstreamBatchMemOpParams *ops, int strict)
+/* Checked operations made in order from *at: writes at once, as memsets
+ * are; stops at a wait not met (wait) and returns 0. A word freed since
+ * is passed over: a GPU would fault, asynchronously. */
+static int run_ops(unsigned int count, const CUstreamBatchMemOpParams *ops, unsigned *at, int wait)
 {
-    for (unsigned int i = 0; i < count; i++) {
-        const struct CUstreamMemOpWaitValueParams_st *w = &ops[i].waitValue;
+    for (; *at < count; ++*at) {
+        const struct CUstreamMemOpWaitValueParams_st *w = &ops[*at].waitValue;
         int width = op_width(w->operation);
-        if (width <= 0)
+        if (width <= 0 || !valid_range(w->address, (size_t)width))
             continue; /* a barrier, a flush: the writes are made at once */
-        if (!strict && !valid_range(w->address, (size_t)width))
-            continue; /* a node's word freed since: a GPU would fault, asynchronously */
-        if (is_wait(w->operation) && strict && !met(w, (size_t)width))
-            return CUDA_ERROR_NOT_SUPPORTED;
+        if (is_wait(w->operation) && wait && !met(w, (size_t)width))
+            return 0;
         if (!is_wait(w->operation))
-            memcpy(P(w->address), width == 4 ? (const void *)&ops[i].writeValue.value
-                                             : (const void *)&ops[i].writeValue.value64, (size_t)width);
+            memcpy(P(w->address), width == 4 ? (const void *)&ops[*at].writeValue.value
+                                             : (const void *)&ops[*at].writeValue.value64, (size_t)width);
     }
-    return CUDA_SUCCESS;
+    return 1;
 }
 
-void sim_memops_apply(unsigned int count, const CUstreamBatchMemOpParams *ops) { run_ops(count, ops, 0); }
+void sim_memops_apply(unsigned int count, const CUstreamBatchMemOpParams *ops)
+{
+    unsigned at = 0;
+    run_ops(count, ops, &at, 0);
+}
+
+/* What is left of a batch whose wait is not met yet: its stream waits
+ * there, and the rest is made once the wait is met. */
+struct ops_left {
+    unsigned count, at;
+    CUstreamBatchMemOpParams ops[];
+};
+
+static int ops_go_on(void *arg)
+{
+    struct ops_left *o = arg;
+    return run_ops(o->count, o->ops, &o->at, 1);
+}
 
 /* Checked operations in s: made, or captured into a batch memory operation
  * node of the stream's capture. */
@@ -1992,7 +2007,19 @@ static CUresult memops(CUstream s, unsigned int count, const CUstreamBatchMemOpP
             return r;
         sim_node_destroy(n);
     }
-    return run_ops(count, ops, 1);
+    unsigned at = 0;
+    if (run_ops(count, ops, &at, 1))
+        return CUDA_SUCCESS;
+    struct ops_left *o = malloc(sizeof *o + count * sizeof *ops);
+    if (!o)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    o->count = count;
+    o->at = at;
+    memcpy(o->ops, ops, count * sizeof *ops);
+    if (sim_host_wait_until(st, ops_go_on, o))
+        return CUDA_SUCCESS;
+    free(o);
+    return CUDA_ERROR_NOT_SUPPORTED; /* no thread to wait with */
 }
 
 /* One operation on a word of width bytes at addr. */

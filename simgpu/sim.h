@@ -340,6 +340,9 @@ void sim_kernel_run(struct sim_stream *s, struct sim_func *f, const struct sim_k
 /* Prints device printf's lines so far (at a synchronization, as a driver). */
 void sim_device_output(void);
 void sim_host_enqueue(struct sim_stream *s, CUhostFn fn, CUstreamCallback cb, CUstream stream, void *data);
+/* Work of s that waits until ready(arg) (called from another thread) holds;
+ * arg is freed then. 0 where it cannot be queued. */
+int sim_host_wait_until(struct sim_stream *s, int (*ready)(void *arg), void *arg);
 
 /* memory.c: the registry of device addresses, under sim_mem_lock. */
 extern pthread_mutex_t sim_mem_lock;

@@ -18,7 +18,11 @@
  *                     stdout once it is enqueued), then lets it go; then a
  *                     stream capture ended MS ms after it began
  *                     ("capturing" once it is), the device's memory
- *                     asked after meanwhile and for MS ms after */
+ *                     asked after meanwhile and for MS ms after
+ *   hostfunc word MS  a stream that waits for a word of device memory
+ *                     while the caller asks after it for MS ms
+ *                     ("waiting" on stdout once it waits), then writes
+ *                     the word from another stream */
 #include "common.h"
 
 #include <pthread.h>
@@ -201,6 +205,30 @@ static int gated(CUfunction slow, CUstream st, int ms)
     return 0;
 }
 
+/* Device work that waits for the program: the stream's wait ends only
+ * once the program writes the word. */
+static int word(CUstream st, int ms)
+{
+    CUstream other;
+    CUdeviceptr w;
+    CHECK(cuStreamCreate(&other, CU_STREAM_NON_BLOCKING));
+    CHECK(cuMemAlloc_v2(&w, 4));
+    CHECK(cuMemsetD32_v2(w, 0, 1));
+    CHECK(cuStreamWaitValue32_v2(st, w, 1, CU_STREAM_WAIT_VALUE_GEQ));
+    printf("waiting\n");
+    fflush(stdout);
+    int queries = 0, ready = 0;
+    for (double until = now() + ms / 1e3; now() < until; queries++) {
+        ready += cuStreamQuery(st) != CUDA_ERROR_NOT_READY;
+        usleep(2000);
+    }
+    CHECK(cuStreamWriteValue32_v2(other, w, 1, 0));
+    CHECK(cuStreamSynchronize(st));
+    printf("its stream asked after while it waited for the word: %s; then: %s\n",
+           queries && !ready ? "not ready each time" : "ready", result_name(cuStreamQuery(st)));
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     CUmodule mod;
@@ -217,6 +245,8 @@ int main(int argc, char **argv)
         return handoff(st);
     if (argc > 2 && !strcmp(argv[1], "gated"))
         return gated(slow, st, atoi(argv[2]));
+    if (argc > 2 && !strcmp(argv[1], "word"))
+        return word(st, atoi(argv[2]));
     if (argc > 1 && !strcmp(argv[1], "hang")) {
         CHECK(cuLaunchHostFunc(st, never_return, NULL));
         printf("ready\n");

@@ -856,6 +856,38 @@ func TestRemoteMigrateWaitsForNoHostFunction(t *testing.T) {
 	}
 }
 
+// A move asked while the program's device work waits for the program (a
+// stream waiting for a word the program writes later) gives up draining
+// it after 10 s: the program, paused meanwhile, is told why and goes on
+// on its server, finishing as an unmoved run.
+func TestRemoteMigrateGivesUpOnWorkThatWaits(t *testing.T) {
+	e := newEnv(t)
+	local := runsLocally(t, e, []string{"hostfunc", "word", "50"}, "then: CUDA_SUCCESS")
+	a, b := e.serveNamed("a", "unix"), e.serveNamed("b", "unix")
+	cmd := exec.Command(bin("hostfunc"), "word", "12000")
+	cmd.Env = append(e.environ(filepath.Join(build, "remote")), "FLEXGV_REMOTE="+a.addr)
+	var out, errb lockedBuffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(out.String(), "waiting"); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the program never printed waiting:\n%s\n%s", out.String(), errb.String())
+		}
+	}
+	m := e.run("flexgv", "migrate", "--server", a.addr, "--to", b.addr, "--all", "--wait", "60s")
+	if m.code == 0 || !strings.Contains(m.stdout, "stayed on") || !strings.Contains(m.stdout, "did not finish in 10 s") {
+		t.Errorf("flexgv migrate while a stream waits for the program: exit %d, want a refusal naming the wait\n%s%s", m.code, m.stdout, m.stderr)
+	}
+	endsWithin(t, cmd, 60*time.Second, "its wait", errb.String)
+	if code := cmd.ProcessState.ExitCode(); code != 0 || out.String() != local.stdout ||
+		!strings.Contains(errb.String(), "stays on this GPU server: the program's device work did not finish in 10 s") {
+		t.Errorf("the program: exit %d, printed\n%s\nlocally\n%s\n%s", code, out.String(), local.stdout, errb.String())
+	}
+}
+
 // A graph made by stream capture (two streams forked and joined through
 // events; kernels, a memset and a host function captured) moves with its
 // program, made again by its capture's requests on the new server, and so
