@@ -449,12 +449,11 @@ static void index_changes(void)
  * belongs to a capture when a stream it names captures once it is served
  * (its work was captured, it began the capture, or it joined the
  * capture), or it ended the capture of its stream. */
-#define CAPTURES_MAX 32
 static struct capture {
     uint64_t id, stream; /* the capture's, and the stream that began it */
     struct fgr_link *links;
-} caps[CAPTURES_MAX];
-static unsigned ncaps;
+} *caps;
+static unsigned ncaps, caps_cap;
 
 /* The stream a request names: 0 is its default stream. */
 static uint64_t stream_of(uint64_t s)
@@ -509,8 +508,14 @@ static void captured(CUresult r)
         if (i == ncaps) {
             if (!begins || r != CUDA_SUCCESS || s != stream_of(cur.streams[0]))
                 continue; /* begun before this state was kept: ended as it was made */
-            if (ncaps == CAPTURES_MAX)
-                return; /* its graph then fails to be made again: the move is refused */
+            if (ncaps == caps_cap) {
+                unsigned n = caps_cap ? 2 * caps_cap : 8;
+                struct capture *more = realloc(caps, n * sizeof *caps);
+                if (!more)
+                    return; /* its graph then fails to be made again: the move is refused */
+                caps = more;
+                caps_cap = n;
+            }
             caps[ncaps++] = (struct capture){id, s, NULL};
         }
         caps[i].links = fgr_journal_attach(caps[i].links);

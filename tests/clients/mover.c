@@ -29,7 +29,9 @@
  * joined through events: a kernel adding 1 and a memset on one, a kernel
  * adding 2 and a host function on the other), launched each step, whose
  * buffers and host function count are checked at each step; "captured1"
- * the same, the graph destroyed once instantiated; "memnodes" launches
+ * the same, the graph destroyed once instantiated (each with SIDES
+ * captures of a memset open beside the first, their graphs launched each
+ * step); "memnodes" launches
  * each step a graph that allocates memory (an allocation node, placed by
  * the driver), sets it, copies it into a buffer checked at each step and
  * frees it; "managed" has a kernel fill managed memory each step, read on
@@ -49,6 +51,7 @@ CUresult cuGraphAddNode(CUgraphNode *phGraphNode, CUgraph hGraph, const CUgraphN
 enum { WORDS = 1 << 18 }; /* 1 MiB each: more than one piece of a move */
 enum { UPW = 1 << 14 };   /* an upload's words, 64 KiB: over shm://, through the staging area */
 enum { MANY = 400, MANYW = 1024 };
+enum { SIDES = 12 };      /* side captures open at once in "captured" */
 
 static const char MODULE[] = "FLEXGV-SIM-MODULE\n"
                              "kernel add 5 builtin=add\n"
@@ -250,7 +253,8 @@ int main(int argc, char **argv)
      * back. */
     static unsigned cap_calls;
     CUdeviceptr c1 = 0, c2 = 0, cset = 0;
-    CUgraphExec cge = NULL;
+    CUgraphExec cge = NULL, sge[SIDES];
+    CUdeviceptr sides = 0;
     if (captured) {
         CUstream cs, cs2;
         CUevent fork, join;
@@ -268,6 +272,17 @@ int main(int argc, char **argv)
         CHECK(cuLaunchKernel(fill, 1, 1, 1, 256, 1, 1, 0, s, z2, NULL));
         CHECK(cuStreamSynchronize(s));
         void *p1[] = {&c1, &one, &n}, *p2[] = {&c2, &two, &n};
+        /* Side captures open around it, more than a few at once: a memset
+         * of its own word each, their graphs launched each step. */
+        CUstream ss[SIDES];
+        CUgraph sg[SIDES];
+        CHECK(cuMemAlloc_v2(&sides, SIDES * 4));
+        CHECK(cuMemsetD32_v2(sides, 0, SIDES));
+        for (unsigned k = 0; k < SIDES; k++) {
+            CHECK(cuStreamCreate(&ss[k], CU_STREAM_NON_BLOCKING));
+            CHECK(cuStreamBeginCapture_v2(ss[k], CU_STREAM_CAPTURE_MODE_RELAXED));
+            CHECK(cuMemsetD32Async(sides + 4 * k, 0x51de0000u + k, 1, ss[k]));
+        }
         CHECK(cuStreamBeginCapture_v2(cs, CU_STREAM_CAPTURE_MODE_RELAXED));
         CHECK(cuLaunchKernel(add, 1, 1, 1, 256, 1, 1, 0, cs, p1, NULL));
         CHECK(cuEventRecord(fork, cs));
@@ -281,6 +296,10 @@ int main(int argc, char **argv)
         CHECK(cuGraphInstantiateWithFlags(&cge, cg, 0));
         if (capfree)
             CHECK(cuGraphDestroy(cg));
+        for (unsigned k = 0; k < SIDES; k++) {
+            CHECK(cuStreamEndCapture(ss[k], &sg[k]));
+            CHECK(cuGraphInstantiateWithFlags(&sge[k], sg[k], 0));
+        }
     }
 
     /* A graph of its own memory: allocated, set, copied out, freed. */
@@ -378,8 +397,12 @@ int main(int argc, char **argv)
             CHECK(cuLaunchHostFunc(s, tick, &fn_calls));
             CHECK(cuGraphLaunch(hge, s));
         }
-        if (captured)
+        if (captured) {
+            CHECK(cuMemsetD32Async(sides, 0, SIDES, s));
             CHECK(cuGraphLaunch(cge, s));
+            for (unsigned k = 0; k < SIDES; k++)
+                CHECK(cuGraphLaunch(sge[k], s));
+        }
         if (memnodes) {
             CHECK(cuMemsetD32Async(mout, 0, MNW, s));
             CHECK(cuGraphLaunch(mge, s));
@@ -429,6 +452,14 @@ int main(int argc, char **argv)
                 return 1;
             }
         }
+        unsigned sidew[SIDES] = {0};
+        if (captured)
+            CHECK(cuMemcpyDtoH_v2(sidew, sides, sizeof sidew));
+        for (unsigned k = 0; captured && k < SIDES; k++)
+            if (sidew[k] != 0x51de0000u + k) {
+                printf("step %d: side capture %u's word holds %#x\n", step, k, sidew[k]);
+                return 1;
+            }
         if (captured && cap_calls != (unsigned)step) {
             printf("step %d: the captured host function ran %u times\n", step, cap_calls);
             return 1;
