@@ -324,8 +324,10 @@ CUresult sim_capture_event_use(struct sim_event *e)
     return r ? r : u;
 }
 
-/* A destroyed stream leaves its sequence, which cannot complete any more;
- * destroying the origin ends it. */
+/* A destroyed stream leaves its sequence (CUDA's graph memory nodes sample
+ * destroys one that joined back); one whose work has not joined back
+ * invalidates it, as that work can join no more. Destroying the origin
+ * ends it. */
 void sim_capture_stream_gone(struct sim_stream *s)
 {
     if (!__atomic_load_n(&s->cap, __ATOMIC_ACQUIRE))
@@ -339,7 +341,8 @@ void sim_capture_stream_gone(struct sim_stream *s)
         if (!own)
             g = NULL;
     } else if (c) {
-        c->invalidated = 1;
+        if (s->ops && s->joined_ops != s->ops)
+            c->invalidated = 1;
         for (int i = 0; i < c->nstreams; i++)
             if (c->streams[i] == s)
                 c->streams[i] = c->streams[--c->nstreams];

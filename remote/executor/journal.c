@@ -463,8 +463,31 @@ static uint64_t stream_of(uint64_t s)
     return s || n < 5 || strcmp(name + n - 5, "_ptsz") ? s : (uint64_t)(uintptr_t)CU_STREAM_PER_THREAD;
 }
 
+static struct capture *capture_by_id(uint64_t id)
+{
+    for (unsigned i = 0; i < ncaps; i++)
+        if (caps[i].id == id)
+            return &caps[i];
+    return NULL;
+}
+
+/* A stream or event destroyed while a capture is open (CUDA's graph
+ * memory nodes sample destroys a stream that joined back, and the events
+ * that joined it, before the capture ends): each open capture keeps what
+ * made it, and the destroy, so that a new executor makes and destroys it
+ * again in its place among the capture's requests. */
+void fgr_journal_gone(const struct fgr_link *made)
+{
+    if (!cur.on)
+        return;
+    for (unsigned i = 0; i < ncaps; i++)
+        caps[i].links = fgr_journal_attach(fgr_journal_share(caps[i].links, made));
+}
+
 static void captured(CUresult r)
 {
+    if (cur.op == FGR_OP_cuStreamDestroy_v2)
+        return; /* its stream is gone: not to be asked after (fgr_journal_gone) */
     int begins = cur.op == FGR_OP_cuStreamBeginCapture || cur.op == FGR_OP_cuStreamBeginCapture_ptsz ||
                  cur.op == FGR_OP_cuStreamBeginCapture_v2 || cur.op == FGR_OP_cuStreamBeginCapture_v2_ptsz ||
                  cur.op == FGR_OP_cuStreamBeginCaptureToGraph || cur.op == FGR_OP_cuStreamBeginCaptureToGraph_ptsz;
@@ -502,10 +525,8 @@ static void captured(CUresult r)
         s = stream_of(cur.streams[k]);
         if (fgr_capture_of(s, &id) == CU_STREAM_CAPTURE_STATUS_NONE)
             continue;
-        unsigned i = 0;
-        while (i < ncaps && caps[i].id != id)
-            i++;
-        if (i == ncaps) {
+        struct capture *c = capture_by_id(id);
+        if (!c) {
             if (!begins || r != CUDA_SUCCESS || s != stream_of(cur.streams[0]))
                 continue; /* begun before this state was kept: ended as it was made */
             if (ncaps == caps_cap) {
@@ -516,9 +537,10 @@ static void captured(CUresult r)
                 caps = more;
                 caps_cap = n;
             }
-            caps[ncaps++] = (struct capture){id, s, NULL};
+            c = &caps[ncaps++];
+            *c = (struct capture){id, s, NULL};
         }
-        caps[i].links = fgr_journal_attach(caps[i].links);
+        c->links = fgr_journal_attach(c->links);
         return;
     }
 }

@@ -654,6 +654,9 @@ void fgr_drop(int kind, uint64_t v)
             gone[gone_next++ % GONE_NAMES] = (typeof(gone[0])){v, gone_why};
         e->kind = FGR_H_DEAD;
         name_free(e->name);
+        if ((kind == FGR_H_CUstream && fgr_current_op == FGR_OP_cuStreamDestroy_v2) ||
+            (kind == FGR_H_CUevent && fgr_current_op == FGR_OP_cuEventDestroy_v2))
+            fgr_journal_gone(e->made); /* an open capture may have named it */
         fgr_journal_detach(e->made);
         e->made = NULL;
         drop_owned(kind, v);

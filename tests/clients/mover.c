@@ -27,7 +27,8 @@
  * (a kernel), checking both at each step (not in the sums printed);
  * "captured" makes a graph by stream capture (two streams forked and
  * joined through events: a kernel adding 1 and a memset on one, a kernel
- * adding 2 and a host function on the other), launched each step, whose
+ * adding 2 and a host function on the other, a memset on a third made and
+ * destroyed during the capture), launched each step, whose
  * buffers and host function count are checked at each step; "captured1"
  * the same, the graph destroyed once instantiated (each with SIDES
  * captures of a memset open beside the first, their graphs launched each
@@ -252,7 +253,7 @@ int main(int argc, char **argv)
     /* A graph made by stream capture, forked to a second stream and joined
      * back. */
     static unsigned cap_calls;
-    CUdeviceptr c1 = 0, c2 = 0, cset = 0;
+    CUdeviceptr c1 = 0, c2 = 0, cset = 0, c3 = 0;
     CUgraphExec cge = NULL, sge[SIDES];
     CUdeviceptr sides = 0;
     if (captured) {
@@ -267,6 +268,7 @@ int main(int argc, char **argv)
         CHECK(cuMemAlloc_v2(&c1, WORDS * 4));
         CHECK(cuMemAlloc_v2(&c2, WORDS * 4));
         CHECK(cuMemAlloc_v2(&cset, 4096 * 4));
+        CHECK(cuMemAlloc_v2(&c3, 4096 * 4));
         void *z1[] = {&c1, &cz, &n}, *z2[] = {&c2, &cz, &n};
         CHECK(cuLaunchKernel(fill, 1, 1, 1, 256, 1, 1, 0, s, z1, NULL));
         CHECK(cuLaunchKernel(fill, 1, 1, 1, 256, 1, 1, 0, s, z2, NULL));
@@ -287,6 +289,18 @@ int main(int argc, char **argv)
         CHECK(cuLaunchKernel(add, 1, 1, 1, 256, 1, 1, 0, cs, p1, NULL));
         CHECK(cuEventRecord(fork, cs));
         CHECK(cuStreamWaitEvent(cs2, fork, 0));
+        /* A stream made during the capture, joined back and destroyed
+         * before it ends, as CUDA's graph memory nodes sample does. */
+        CUstream cs3;
+        CUevent j3;
+        CHECK(cuStreamCreate(&cs3, CU_STREAM_NON_BLOCKING));
+        CHECK(cuEventCreate(&j3, CU_EVENT_DISABLE_TIMING));
+        CHECK(cuStreamWaitEvent(cs3, fork, 0));
+        CHECK(cuMemsetD32Async(c3, 0x3333, 4096, cs3));
+        CHECK(cuEventRecord(j3, cs3));
+        CHECK(cuStreamWaitEvent(cs, j3, 0));
+        CHECK(cuStreamDestroy_v2(cs3));
+        CHECK(cuEventDestroy_v2(j3));
         CHECK(cuLaunchKernel(add, 1, 1, 1, 256, 1, 1, 0, cs2, p2, NULL));
         CHECK(cuLaunchHostFunc(cs2, tick, &cap_calls));
         CHECK(cuEventRecord(join, cs2));
@@ -399,6 +413,7 @@ int main(int argc, char **argv)
         }
         if (captured) {
             CHECK(cuMemsetD32Async(sides, 0, SIDES, s));
+            CHECK(cuMemsetD32Async(c3, 0, 4096, s));
             CHECK(cuGraphLaunch(cge, s));
             for (unsigned k = 0; k < SIDES; k++)
                 CHECK(cuGraphLaunch(sge[k], s));
@@ -438,7 +453,8 @@ int main(int argc, char **argv)
                 return 1;
         if (captured && (!words_are(step, "captured 1", c1, WORDS, (unsigned)step, host, &sum) ||
                          !words_are(step, "captured 2", c2, WORDS, 2 * (unsigned)step, host, &sum) ||
-                         !words_are(step, "captured memset", cset, 4096, 0x5eed, host, &sum)))
+                         !words_are(step, "captured memset", cset, 4096, 0x5eed, host, &sum) ||
+                         !words_are(step, "captured on a stream gone", c3, 4096, 0x3333, host, &sum)))
             return 1;
         if (memnodes && !words_are(step, "from the graph's memory", mout, MNW, 0x77777777u, host, &sum))
             return 1;
