@@ -364,6 +364,8 @@ void fgr_journal_begin(const uint8_t *body, uint32_t n, unsigned op);
 /* A stream the request being served names (the driver's): the journal
  * keeps what stream captures take (own.c's fgr_in tells it). */
 void fgr_journal_stream(uint64_t s);
+/* The texture and surface objects the connection holds (textures.c). */
+size_t fgr_texture_objects(void);
 /* A stream or event the request being served destroys, with what made it. */
 void fgr_journal_gone(const struct fgr_link *made);
 /* A stream's capture (graphs.c): its CUstreamCaptureStatus, and its id. */

@@ -598,6 +598,9 @@ const char *fgr_journal_save(struct fgr_buf *w)
     for (struct rec *r = head.next; r != &head; r = r->next)
         if (r->why)
             return r->why;
+    if (fgr_texture_objects())
+        return "a texture or surface object (the program's kernels read the driver's value for it, which another "
+               "driver does not hand out again)";
     uint32_t key[4];
     fgr_names_key(key, 0);
     fgr_put_u32(w, FGR_STATE_MAGIC);

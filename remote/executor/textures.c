@@ -63,6 +63,8 @@ static int obj_room(void)
 
 static void obj_forget(struct obj *o) { *o = objs[--nobjs]; }
 
+size_t fgr_texture_objects(void) { return nobjs; }
+
 /* Says the first object refused on this connection. */
 static CUresult refuse_object(const char *call, const char *param, unsigned long long v)
 {

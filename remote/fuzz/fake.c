@@ -27,6 +27,8 @@ static CUresult fake_launch(CUgraphExec x, CUstream s) { (void)x; (void)s; calls
 static CUresult fake_sync(CUstream s) { (void)s; calls++; return CUDA_SUCCESS; }
 static CUresult fake_record(CUevent e, CUstream s) { (void)e; (void)s; calls++; return CUDA_SUCCESS; }
 static CUresult fake_query(CUevent e) { (void)e; calls++; return CUDA_SUCCESS; }
+// textures.c is not linked here: the connection holds no texture objects.
+size_t fgr_texture_objects(void) { return 0; }
 // The arena's side of IPC (arena.c is not linked here): one mapping of
 // 64 KiB at 0x1000, the connection's memory; another is mapped anywhere on
 // a page. The driver's export is a file of this process.

@@ -1,6 +1,6 @@
 /* A program that keeps changing device memory and checking it, to be moved
  * between servers while it runs (flexgv migrate):
- *     mover STEPS [HOLD_AT[,HOLD_AT...] READY GO [busy][,grow][,pool][,hostfn][,many][,churn][,captured[1]][,memnodes][,managed]]
+ *     mover STEPS [HOLD_AT[,HOLD_AT...] READY GO [busy][,grow][,pool][,hostfn][,many][,churn][,captured[1]][,memnodes][,managed][,texture]]
  * Each step adds the step's number to every word of a buffer and of a
  * module variable (a kernel launched on a stream), and to another buffer
  * twice the last odd step's (an explicit graph's kernel node, in a child
@@ -36,7 +36,8 @@
  * each step a graph that allocates memory (an allocation node, placed by
  * the driver), sets it, copies it into a buffer checked at each step and
  * frees it; "managed" has a kernel fill managed memory each step, read on
- * the host. It prints each check's sum, so a moved run's output equals an
+ * the host; "texture" asks after a texture object over device memory
+ * each step. It prints each check's sum, so a moved run's output equals an
  * unmoved one's.
  */
 #include "common.h"
@@ -130,6 +131,7 @@ int main(int argc, char **argv)
     int captured = argc > 5 && strstr(argv[5], "captured"), capfree = argc > 5 && strstr(argv[5], "captured1");
     int memnodes = argc > 5 && strstr(argv[5], "memnodes");
     int managed = argc > 5 && strstr(argv[5], "managed");
+    int textured = argc > 5 && strstr(argv[5], "texture");
     CUcontext ctx = primary_context();
     /* A module and function made and gone first: what moves is named as
      * its executor named it, not as a new one would. */
@@ -356,6 +358,21 @@ int main(int argc, char **argv)
     if (managed)
         CHECK(cuMemAllocManaged(&mm, 4096, CU_MEM_ATTACH_GLOBAL));
 
+    /* A texture object over device memory, asked after each step. */
+    CUdeviceptr tbuf = 0;
+    CUtexObject tex = 0;
+    if (textured) {
+        CUDA_RESOURCE_DESC rd;
+        CUDA_TEXTURE_DESC td;
+        memset(&rd, 0, sizeof rd);
+        memset(&td, 0, sizeof td);
+        CHECK(cuMemAlloc_v2(&tbuf, 4096 * 4));
+        rd.resType = CU_RESOURCE_TYPE_LINEAR, rd.res.linear.devPtr = tbuf;
+        rd.res.linear.format = CU_AD_FORMAT_UNSIGNED_INT32, rd.res.linear.numChannels = 1;
+        rd.res.linear.sizeInBytes = 4096 * 4;
+        CHECK(cuTexObjectCreate(&tex, &rd, &td, NULL));
+    }
+
     static CUdeviceptr smalls[MANY];
     for (unsigned k = 0; many && k < MANY; k++) {
         unsigned kv = 50000 + k, kw = MANYW;
@@ -458,6 +475,14 @@ int main(int argc, char **argv)
             return 1;
         if (memnodes && !words_are(step, "from the graph's memory", mout, MNW, 0x77777777u, host, &sum))
             return 1;
+        if (textured) {
+            CUDA_RESOURCE_DESC got;
+            CUresult tr = cuTexObjectGetResourceDesc(&got, tex);
+            if (tr != CUDA_SUCCESS || got.res.linear.devPtr != tbuf) {
+                printf("step %d: the texture object answers %s\n", step, result_name(tr));
+                return 1;
+            }
+        }
         if (managed) {
             unsigned mv2 = 500 + v, mwn = 1024;
             void *pmm[] = {&mm, &mv2, &mwn};

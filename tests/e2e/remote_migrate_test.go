@@ -918,6 +918,23 @@ func TestRemoteMigrateCapturedGraph(t *testing.T) {
 	}
 }
 
+// A program holding a texture object is not moved: the object's value is
+// the driver's, which the program's kernels read as it is, and a new
+// server's driver hands out others. It stays, told why, and finishes as
+// an unmoved run.
+func TestRemoteMigrateRefusesTextureObjects(t *testing.T) {
+	e := newEnv(t)
+	local := runsLocally(t, e, []string{"mover", "6", "0", "none", "none", "texture"}, "done")
+	a, b := e.serveNamed("a", "unix"), e.serveNamed("b", "unix")
+	m, p := moverRunAs(t, e, "busy,texture", a, b)
+	if m.code == 0 || !strings.Contains(m.stdout, "stayed on") || !strings.Contains(m.stdout, "a texture or surface object") {
+		t.Errorf("flexgv migrate: exit %d, want a refusal naming the texture object\n%s%s", m.code, m.stdout, m.stderr)
+	}
+	if p.code != 0 || p.stdout != local.stdout {
+		t.Errorf("the program: exit %d\n%s\nwant\n%s\n%s", p.code, p.stdout, local.stdout, p.stderr)
+	}
+}
+
 // A program holding managed memory is not moved (its host side would not
 // follow the memory's new placement): it stays, told why, and finishes as
 // an unmoved run. Asked while its threads write managed memory (their
