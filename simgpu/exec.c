@@ -45,6 +45,7 @@
 #define STREAM_MAGIC 0x5354524du
 #define STREAM_GONE_MAGIC 0x5354524fu
 #define EVENT_MAGIC 0x45564e54u
+#define DEAD_MAGIC 0x44454144u /* a stream or event destroyed */
 #define DEFAULT_DURATION UINT64_MAX
 
 enum builtin { B_NONE, B_VECADD, B_FILL, B_PRINTF, B_ADD, B_SETCOND };
@@ -861,6 +862,36 @@ static int new_lane(int dev)
     return dev * SIM_LANES_PER_DEV + 1 + (int)(n % (SIM_LANES_PER_DEV - 1));
 }
 
+/* Streams and events destroyed stay allocated a while, marked dead, so
+ * that a use after the destroy is seen: refused, or with
+ * FLEXGV_SIM_STRICT_HANDLES=1 (the tests' GPU servers) the process ends,
+ * as a GPU's driver may end it (an executor that asked after a destroyed
+ * stream's capture crashed so on an H100). */
+enum { GRAVES = 256 };
+static void *graves[GRAVES];
+static unsigned graves_next;
+
+static void bury(uint32_t *magic, void *p)
+{
+    *magic = DEAD_MAGIC;
+    unsigned i = __atomic_fetch_add(&graves_next, 1, __ATOMIC_RELAXED) % GRAVES;
+    free(__atomic_exchange_n(&graves[i], p, __ATOMIC_ACQ_REL));
+}
+
+static void *dead(const char *what, const void *h)
+{
+    static int strict = -1;
+    if (strict < 0) {
+        const char *v = getenv("FLEXGV_SIM_STRICT_HANDLES");
+        strict = v && !strcmp(v, "1");
+    }
+    if (strict) {
+        fprintf(stderr, "simulated GPU: a %s used after its destroy (%p), which a GPU's driver may crash on\n", what, h);
+        abort();
+    }
+    return NULL;
+}
+
 struct sim_stream *sim_stream_of(struct sim_ctx *ctx, CUstream h, int per_thread)
 {
     if (h == CU_STREAM_PER_THREAD || (!h && per_thread)) {
@@ -880,7 +911,7 @@ struct sim_stream *sim_stream_of(struct sim_ctx *ctx, CUstream h, int per_thread
         return ctx->legacy;
     }
     struct sim_stream *s = (struct sim_stream *)h;
-    return s->magic == STREAM_MAGIC ? s : NULL;
+    return s->magic == STREAM_MAGIC ? s : s->magic == DEAD_MAGIC ? dead("stream", s) : NULL;
 }
 
 CUresult sim_stream_wait(struct sim_stream *s)
@@ -929,8 +960,7 @@ static void stream_unlink(struct sim_stream *s)
 static void stream_free(struct sim_stream *s)
 {
     sim_capture_stream_gone(s);
-    s->magic = 0;
-    free(s);
+    bury(&s->magic, s);
 }
 
 /* Its context gone, a stream stays as a tombstone answering `gone` to a
@@ -1094,6 +1124,8 @@ SIM_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
     /* under the lock: its context may be destroyed meanwhile */
     pthread_mutex_lock(&streams_lock);
     uint32_t magic = s->magic;
+    if (magic == DEAD_MAGIC)
+        dead("stream", s);
     CUresult r = magic == STREAM_MAGIC ? CUDA_SUCCESS : magic == STREAM_GONE_MAGIC ? s->gone : CUDA_ERROR_INVALID_HANDLE;
     if (magic == STREAM_MAGIC)
         stream_unlink(s);
@@ -1143,7 +1175,8 @@ SIM_EXPORT CUresult cuStreamQuery_ptsz(CUstream h) { SIM_GATE(); return stream_q
 
 static struct sim_event *as_event(CUevent e)
 {
-    return e && ((struct sim_event *)e)->magic == EVENT_MAGIC ? (struct sim_event *)e : NULL;
+    uint32_t magic = e ? ((struct sim_event *)e)->magic : 0;
+    return magic == EVENT_MAGIC ? (struct sim_event *)e : magic == DEAD_MAGIC ? dead("event", e) : NULL;
 }
 
 int sim_event_valid(CUevent e) { return as_event(e) != NULL; }
@@ -1802,8 +1835,7 @@ SIM_EXPORT CUresult cuEventDestroy_v2(CUevent ev)
     if (!e)
         return CUDA_ERROR_INVALID_HANDLE;
     sim_stamp_forget(&e->stamp);
-    e->magic = 0;
-    free(e);
+    bury(&e->magic, e);
     return CUDA_SUCCESS;
 }
 

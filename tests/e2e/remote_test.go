@@ -133,7 +133,9 @@ func (e *env) serveIn(attr *syscall.SysProcAttr, name, transport string, extra .
 	e.gpuForAll()
 	s := &server{t: e.t, addr: addr}
 	s.cmd = exec.Command(bin("flexgv"), append([]string{"serve", "--listen", addr}, extra...)...)
-	s.cmd.Env = e.environ(filepath.Join(build, "sim"))
+	// A handle the executor gives its driver after destroying it ends it,
+	// as a GPU's driver may.
+	s.cmd.Env = append(e.environ(filepath.Join(build, "sim")), "FLEXGV_SIM_STRICT_HANDLES=1")
 	if attr != nil && attr.Cloneflags&syscall.CLONE_NEWNET != 0 { // another host: a GPU of its own
 		s.cmd.Env = append(s.cmd.Env, "FLEXGV_SIM_STATE="+filepath.Join(e.dir, name+"-gpu.state"))
 	}
