@@ -45,7 +45,6 @@
 #define STREAM_MAGIC 0x5354524du
 #define STREAM_GONE_MAGIC 0x5354524fu
 #define EVENT_MAGIC 0x45564e54u
-#define DEAD_MAGIC 0x44454144u /* a stream or event destroyed */
 #define DEFAULT_DURATION UINT64_MAX
 
 enum builtin { B_NONE, B_VECADD, B_FILL, B_PRINTF, B_ADD, B_SETCOND };
@@ -862,23 +861,23 @@ static int new_lane(int dev)
     return dev * SIM_LANES_PER_DEV + 1 + (int)(n % (SIM_LANES_PER_DEV - 1));
 }
 
-/* Streams and events destroyed stay allocated a while, marked dead, so
- * that a use after the destroy is seen: refused, or with
- * FLEXGV_SIM_STRICT_HANDLES=1 (the tests' GPU servers) the process ends,
- * as a GPU's driver may end it (an executor that asked after a destroyed
- * stream's capture crashed so on an H100). */
+/* Streams, events, graphs and executables destroyed stay allocated a
+ * while, marked dead, so that a use after the destroy is seen: refused,
+ * or with FLEXGV_SIM_STRICT_HANDLES=1 (the tests' GPU servers) the process
+ * ends, as a GPU's driver may end it (an executor that asked after a
+ * destroyed stream's capture crashed so on an H100). */
 enum { GRAVES = 256 };
 static void *graves[GRAVES];
 static unsigned graves_next;
 
-static void bury(uint32_t *magic, void *p)
+void sim_bury(uint32_t *magic, void *p)
 {
-    *magic = DEAD_MAGIC;
+    *magic = SIM_DEAD_MAGIC;
     unsigned i = __atomic_fetch_add(&graves_next, 1, __ATOMIC_RELAXED) % GRAVES;
     free(__atomic_exchange_n(&graves[i], p, __ATOMIC_ACQ_REL));
 }
 
-static void *dead(const char *what, const void *h)
+void *sim_dead(const char *what, const void *h)
 {
     static int strict = -1;
     if (strict < 0) {
@@ -911,7 +910,7 @@ struct sim_stream *sim_stream_of(struct sim_ctx *ctx, CUstream h, int per_thread
         return ctx->legacy;
     }
     struct sim_stream *s = (struct sim_stream *)h;
-    return s->magic == STREAM_MAGIC ? s : s->magic == DEAD_MAGIC ? dead("stream", s) : NULL;
+    return s->magic == STREAM_MAGIC ? s : s->magic == SIM_DEAD_MAGIC ? sim_dead("stream", s) : NULL;
 }
 
 CUresult sim_stream_wait(struct sim_stream *s)
@@ -960,7 +959,7 @@ static void stream_unlink(struct sim_stream *s)
 static void stream_free(struct sim_stream *s)
 {
     sim_capture_stream_gone(s);
-    bury(&s->magic, s);
+    sim_bury(&s->magic, s);
 }
 
 /* Its context gone, a stream stays as a tombstone answering `gone` to a
@@ -1124,8 +1123,8 @@ SIM_EXPORT CUresult cuStreamDestroy_v2(CUstream hStream)
     /* under the lock: its context may be destroyed meanwhile */
     pthread_mutex_lock(&streams_lock);
     uint32_t magic = s->magic;
-    if (magic == DEAD_MAGIC)
-        dead("stream", s);
+    if (magic == SIM_DEAD_MAGIC)
+        sim_dead("stream", s);
     CUresult r = magic == STREAM_MAGIC ? CUDA_SUCCESS : magic == STREAM_GONE_MAGIC ? s->gone : CUDA_ERROR_INVALID_HANDLE;
     if (magic == STREAM_MAGIC)
         stream_unlink(s);
@@ -1176,7 +1175,7 @@ SIM_EXPORT CUresult cuStreamQuery_ptsz(CUstream h) { SIM_GATE(); return stream_q
 static struct sim_event *as_event(CUevent e)
 {
     uint32_t magic = e ? ((struct sim_event *)e)->magic : 0;
-    return magic == EVENT_MAGIC ? (struct sim_event *)e : magic == DEAD_MAGIC ? dead("event", e) : NULL;
+    return magic == EVENT_MAGIC ? (struct sim_event *)e : magic == SIM_DEAD_MAGIC ? sim_dead("event", e) : NULL;
 }
 
 int sim_event_valid(CUevent e) { return as_event(e) != NULL; }
@@ -1835,7 +1834,7 @@ SIM_EXPORT CUresult cuEventDestroy_v2(CUevent ev)
     if (!e)
         return CUDA_ERROR_INVALID_HANDLE;
     sim_stamp_forget(&e->stamp);
-    bury(&e->magic, e);
+    sim_bury(&e->magic, e);
     return CUDA_SUCCESS;
 }
 

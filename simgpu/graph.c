@@ -368,16 +368,16 @@ void sim_graph_destroy(struct sim_graph *g)
     for (size_t i = 0; i < nconds; i++)
         if (conds[i].graph == g)
             conds[i].graph = NULL;
-    g->magic = 0;
     free(g->nodes);
     sim_urefs_free(&g->urefs);
-    free(g);
+    sim_bury(&g->magic, g);
 }
 
 static struct sim_graph *as_graph(CUgraph h)
 {
     struct sim_graph *g = (struct sim_graph *)h;
-    return g && g->magic == GRAPH_MAGIC ? g : NULL;
+    uint32_t magic = g ? g->magic : 0;
+    return magic == GRAPH_MAGIC ? g : magic == SIM_DEAD_MAGIC ? sim_dead("graph", g) : NULL;
 }
 
 struct sim_graph *sim_graph_of(CUgraph h) { return as_graph(h); }
@@ -1576,12 +1576,11 @@ static void exec_free(struct sim_exec *x)
     pthread_mutex_unlock(&sim_mem_lock);
     if (x->graph)
         x->graph->exec = NULL;
-    x->magic = 0;
     conds_free(x->nodes, x->n);
     free(x->nodes);
     shape_free(x->shape);
     sim_urefs_free(&x->urefs);
-    free(x);
+    sim_bury(&x->magic, x);
 }
 
 /* Physical memory the graph needs at once on each device: the peak of its
@@ -1638,7 +1637,8 @@ static CUresult reserve(const struct sim_exec *x, int auto_free)
 static struct sim_exec *as_exec(CUgraphExec h)
 {
     struct sim_exec *x = (struct sim_exec *)h;
-    return x && x->magic == EXEC_MAGIC ? x : NULL;
+    uint32_t magic = x ? x->magic : 0;
+    return magic == EXEC_MAGIC ? x : magic == SIM_DEAD_MAGIC ? sim_dead("graph executable", x) : NULL;
 }
 
 /* The arguments of an upload or a launch: a stream that may take work now

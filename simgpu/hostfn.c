@@ -144,19 +144,33 @@ static int start(void *(*fn)(void *))
     return ok;
 }
 
+/* An entry of size bytes (allocated) for a place in s's lane (*count)
+ * that the thread fn (*running, under m) releases; NULL where there is
+ * no such place. */
+static void *place(struct sim_stream *s, pthread_mutex_t *m, int *running, void *(*fn)(void *), size_t size,
+                   uint64_t *count)
+{
+    pthread_mutex_lock(m);
+    if (!*running)
+        *running = start(fn);
+    int thread = *running;
+    pthread_mutex_unlock(m);
+    /* Not under m: a full lane waits here for the thread. */
+    void *entry = thread ? malloc(size) : NULL;
+    *count = entry ? sim_submit_host(s->lane) : 0;
+    if (!*count) {
+        free(entry);
+        return NULL;
+    }
+    return entry;
+}
+
 int sim_host_wait_until(struct sim_stream *s, int (*ready)(void *arg), void *arg)
 {
-    pthread_mutex_lock(&wmu);
-    if (!watching)
-        watching = start(watcher);
-    int thread = watching;
-    pthread_mutex_unlock(&wmu);
-    struct watched *w = thread ? malloc(sizeof *w) : NULL;
-    uint64_t c = w ? sim_submit_host(s->lane) : 0;
-    if (!c) {
-        free(w);
+    uint64_t c;
+    struct watched *w = place(s, &wmu, &watching, watcher, sizeof *w, &c);
+    if (!w)
         return 0;
-    }
     *w = (struct watched){NULL, s->lane, c, ready, arg};
     s->last = c;
     pthread_mutex_lock(&wmu);
@@ -169,16 +183,9 @@ int sim_host_wait_until(struct sim_stream *s, int (*ready)(void *arg), void *arg
 /* Queues fn(data), or cb(stream, status, data), behind s's work. */
 void sim_host_enqueue(struct sim_stream *s, CUhostFn fn, CUstreamCallback cb, CUstream stream, void *data)
 {
-    pthread_mutex_lock(&mu);
-    if (!running)
-        running = start(runner);
-    int thread = running;
-    pthread_mutex_unlock(&mu);
-    /* Not under mu: a full lane waits here for the runner. */
-    struct pending *p = thread ? malloc(sizeof *p) : NULL;
-    uint64_t c = p ? sim_submit_host(s->lane) : 0;
-    if (!c) {
-        free(p);
+    uint64_t c;
+    struct pending *p = place(s, &mu, &running, runner, sizeof *p, &c);
+    if (!p) {
         sim_wait(s->lane, s->last);
         if (cb)
             cb(stream, CUDA_SUCCESS, data);

@@ -340,6 +340,12 @@ void sim_kernel_run(struct sim_stream *s, struct sim_func *f, const struct sim_k
 /* Prints device printf's lines so far (at a synchronization, as a driver). */
 void sim_device_output(void);
 void sim_host_enqueue(struct sim_stream *s, CUhostFn fn, CUstreamCallback cb, CUstream stream, void *data);
+/* A handle destroyed: its object marked dead (its magic) and kept a while;
+ * sim_dead says what a later use gets (NULL, or the process ends under
+ * FLEXGV_SIM_STRICT_HANDLES=1). */
+#define SIM_DEAD_MAGIC 0x44454144u
+void sim_bury(uint32_t *magic, void *p);
+void *sim_dead(const char *what, const void *h);
 /* Work of s that waits until ready(arg) (called from another thread) holds;
  * arg is freed then. 0 where it cannot be queued. */
 int sim_host_wait_until(struct sim_stream *s, int (*ready)(void *arg), void *arg);

@@ -824,21 +824,7 @@ func TestRemoteMigrateWaitsForNoHostFunction(t *testing.T) {
 	e := newEnv(t)
 	local := runsLocally(t, e, []string{"hostfunc", "gated", "1500"}, "then: answered each time")
 	a, b := e.serveNamed("a", "unix"), e.serveNamed("b", "unix")
-	cmd := exec.Command(bin("hostfunc"), "gated", "1500")
-	cmd.Env = append(e.environ(filepath.Join(build, "remote")), "FLEXGV_REMOTE="+a.addr)
-	var out, errb lockedBuffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	until := func(s string) {
-		for deadline := time.Now().Add(30 * time.Second); !strings.Contains(out.String(), s); time.Sleep(time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("the program never printed %q:\n%s\n%s", s, out.String(), errb.String())
-			}
-		}
-	}
+	cmd, out, errb, until := startWatched(t, e, a.addr, "hostfunc", "gated", "1500")
 	until("gated")
 	m := e.run("flexgv", "migrate", "--server", a.addr, "--to", b.addr, "--all", "--wait", "60s")
 	if m.code == 0 || !strings.Contains(m.stdout, "stayed on") || !strings.Contains(m.stdout, "a host function of the program's ran on for 250 ms") {
@@ -856,6 +842,27 @@ func TestRemoteMigrateWaitsForNoHostFunction(t *testing.T) {
 	}
 }
 
+// startWatched starts a test client served by addr: its outputs, and a
+// function that waits (30 s at most) until it has printed s.
+func startWatched(t *testing.T, e *env, addr, client string, args ...string) (*exec.Cmd, *lockedBuffer, *lockedBuffer, func(s string)) {
+	cmd := exec.Command(bin(client), args...)
+	cmd.Env = append(e.environ(filepath.Join(build, "remote")), "FLEXGV_REMOTE="+addr)
+	out, errb := &lockedBuffer{}, &lockedBuffer{}
+	cmd.Stdout, cmd.Stderr = out, errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	until := func(s string) {
+		for deadline := time.Now().Add(30 * time.Second); !strings.Contains(out.String(), s); time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never printed %q:\n%s\n%s", client, s, out.String(), errb.String())
+			}
+		}
+	}
+	return cmd, out, errb, until
+}
+
 // A move asked while the program's device work waits for the program (a
 // stream waiting for a word the program writes later) gives up draining
 // it after 10 s: the program, paused meanwhile, is told why and goes on
@@ -864,19 +871,8 @@ func TestRemoteMigrateGivesUpOnWorkThatWaits(t *testing.T) {
 	e := newEnv(t)
 	local := runsLocally(t, e, []string{"hostfunc", "word", "50"}, "then: CUDA_SUCCESS")
 	a, b := e.serveNamed("a", "unix"), e.serveNamed("b", "unix")
-	cmd := exec.Command(bin("hostfunc"), "word", "12000")
-	cmd.Env = append(e.environ(filepath.Join(build, "remote")), "FLEXGV_REMOTE="+a.addr)
-	var out, errb lockedBuffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(out.String(), "waiting"); time.Sleep(time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the program never printed waiting:\n%s\n%s", out.String(), errb.String())
-		}
-	}
+	cmd, out, errb, until := startWatched(t, e, a.addr, "hostfunc", "word", "12000")
+	until("waiting")
 	m := e.run("flexgv", "migrate", "--server", a.addr, "--to", b.addr, "--all", "--wait", "60s")
 	if m.code == 0 || !strings.Contains(m.stdout, "stayed on") || !strings.Contains(m.stdout, "did not finish in 10 s") {
 		t.Errorf("flexgv migrate while a stream waits for the program: exit %d, want a refusal naming the wait\n%s%s", m.code, m.stdout, m.stderr)
