@@ -1182,17 +1182,26 @@ static uint32_t thread_tag(void)
  * the executor is told once (fgrNudge, queued) to answer that call now. */
 static CUresult wait_for_reader(void)
 {
-    while (reading && !conn_broken) {
-        if (!nudged) {
-            uint8_t f[4 + FGR_REQ_HDR] = {FGR_REQ_HDR, 0, 0, 0, (uint8_t)FGR_OP_fgrNudge, (uint8_t)(FGR_OP_fgrNudge >> 8),
-                                          FGR_FLAG_QUEUED, 0};
-            nudged = 1;
-            if (write_conn(f, sizeof f))
-                return lost("sending a call", errno);
+    for (;;) {
+        while (reading && !conn_broken) {
+            if (!nudged) {
+                uint8_t f[4 + FGR_REQ_HDR] = {FGR_REQ_HDR, 0, 0, 0, (uint8_t)FGR_OP_fgrNudge, (uint8_t)(FGR_OP_fgrNudge >> 8),
+                                              FGR_FLAG_QUEUED, 0};
+                nudged = 1;
+                if (write_conn(f, sizeof f))
+                    return lost("sending a call", errno);
+            }
+            wanting++;
+            pthread_cond_wait(&conn_cv, &conn_lock);
+            wanting--;
         }
-        wanting++;
-        pthread_cond_wait(&conn_cv, &conn_lock);
-        wanting--;
+        /* Nor a move begun meanwhile, by another thread: its calls' answers
+         * are read by it, in the order sent; a call sent now would take
+         * one of them as its own. */
+        if (!moving || pthread_equal(moving_thread, pthread_self()) || conn_broken)
+            break;
+        while (moving && !conn_broken)
+            pthread_cond_wait(&conn_cv, &conn_lock);
     }
     return conn_broken ? connect_locked() : CUDA_SUCCESS;
 }

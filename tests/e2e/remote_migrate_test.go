@@ -920,11 +920,17 @@ func TestRemoteMigrateCapturedGraph(t *testing.T) {
 // an unmoved run.
 func TestRemoteMigrateRefusesTextureObjects(t *testing.T) {
 	e := newEnv(t)
-	local := runsLocally(t, e, []string{"mover", "6", "0", "none", "none", "texture"}, "done")
-	a, b := e.serveNamed("a", "unix"), e.serveNamed("b", "unix")
-	m, p := moverRunAs(t, e, "busy,texture", a, b)
-	if m.code == 0 || !strings.Contains(m.stdout, "stayed on") || !strings.Contains(m.stdout, "a texture or surface object") {
-		t.Errorf("flexgv migrate: exit %d, want a refusal naming the texture object\n%s%s", m.code, m.stdout, m.stderr)
+	moverStays(t, e, "texture", "a texture or surface object", e.serveNamed("a", "unix"), e.serveNamed("b", "unix"))
+}
+
+// moverStays asks the mover in mode to move from a to b: refused, saying
+// why, the program finishing as an unmoved run.
+func moverStays(t *testing.T, e *env, mode, why string, a, b *server) {
+	t.Helper()
+	local := runsLocally(t, e, []string{"mover", "6", "0", "none", "none", mode}, "done")
+	m, p := moverRunAs(t, e, "busy,"+mode, a, b)
+	if m.code == 0 || !strings.Contains(m.stdout, "stayed on") || !strings.Contains(m.stdout, why) {
+		t.Errorf("flexgv migrate: exit %d, want a refusal naming %s\n%s%s", m.code, why, m.stdout, m.stderr)
 	}
 	if p.code != 0 || p.stdout != local.stdout {
 		t.Errorf("the program: exit %d\n%s\nwant\n%s\n%s", p.code, p.stdout, local.stdout, p.stderr)
@@ -939,15 +945,8 @@ func TestRemoteMigrateRefusesTextureObjects(t *testing.T) {
 // while it waits for the move: the program finishes.
 func TestRemoteMigrateRefusesManagedMemory(t *testing.T) {
 	e := newEnv(t)
-	local := runsLocally(t, e, []string{"mover", "6", "0", "none", "none", "managed"}, "done")
 	a, b := e.serveNamed("a", "unix"), e.serveNamed("b", "unix")
-	m, p := moverRunAs(t, e, "busy,managed", a, b)
-	if m.code == 0 || !strings.Contains(m.stdout, "stayed on") || !strings.Contains(m.stdout, "managed memory") {
-		t.Errorf("flexgv migrate: exit %d, want a refusal naming managed memory\n%s%s", m.code, m.stdout, m.stderr)
-	}
-	if p.code != 0 || p.stdout != local.stdout {
-		t.Errorf("the program: exit %d\n%s\nwant\n%s\n%s", p.code, p.stdout, local.stdout, p.stderr)
-	}
+	moverStays(t, e, "managed", "managed memory", a, b)
 	threads := runsLocally(t, e, []string{"managed", "threads"}, "thread 3: 0 results wrong")
 	for round := 0; round < 5; round++ {
 		cmd := exec.Command(bin("managed"), "threads")
