@@ -1262,7 +1262,9 @@ CUresult fgr_begin(struct fgr_call *c, int op, int queued)
     fgr_put_u32(&c->w, 0);
     fgr_put_u16(&c->w, (uint16_t)op);
     fgr_put_u16(&c->w, queued ? FGR_FLAG_QUEUED : 0);
-    fgr_put_u32(&c->w, thread_tag());
+    /* A move's own calls come from no thread of the program's: they take
+     * none of its queued calls' errors, which its next syncpoint gets. */
+    fgr_put_u32(&c->w, mover ? UINT32_MAX : thread_tag());
     fgr_put_u64(&c->w, (uint64_t)(uintptr_t)ctx);
     c->result = CUDA_ERROR_UNKNOWN;
     c->op = op;
