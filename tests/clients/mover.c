@@ -1,6 +1,6 @@
 /* A program that keeps changing device memory and checking it, to be moved
  * between servers while it runs (flexgv migrate):
- *     mover STEPS [HOLD_AT[,HOLD_AT...] READY GO [busy][,grow][,pool][,hostfn][,many][,churn][,captured[1]][,memnodes][,managed][,texture]]
+ *     mover STEPS [HOLD_AT[,HOLD_AT...] READY GO [busy][,grow][,pool][,hostfn][,many][,churn][,captured[1]][,memnodes][,managed][,texture][,queuederr]]
  * Each step adds the step's number to every word of a buffer and of a
  * module variable (a kernel launched on a stream), and to another buffer
  * twice the last odd step's (an explicit graph's kernel node, in a child
@@ -37,7 +37,8 @@
  * the driver), sets it, copies it into a buffer checked at each step and
  * frees it; "managed" has a kernel fill managed memory each step, read on
  * the host; "texture" asks after a texture object over device memory
- * each step. It prints each check's sum, so a moved run's output equals an
+ * each step; "queuederr" launches a kernel of too many threads each step
+ * and prints the error, which remotely its next syncpoint gets. It prints each check's sum, so a moved run's output equals an
  * unmoved one's.
  */
 #include "common.h"
@@ -132,6 +133,7 @@ int main(int argc, char **argv)
     int memnodes = argc > 5 && strstr(argv[5], "memnodes");
     int managed = argc > 5 && strstr(argv[5], "managed");
     int textured = argc > 5 && strstr(argv[5], "texture");
+    int qerr = argc > 5 && strstr(argv[5], "queuederr");
     CUcontext ctx = primary_context();
     /* A module and function made and gone first: what moves is named as
      * its executor named it, not as a new one would. */
@@ -438,6 +440,16 @@ int main(int argc, char **argv)
         if (memnodes) {
             CHECK(cuMemsetD32Async(mout, 0, MNW, s));
             CHECK(cuGraphLaunch(mge, s));
+        }
+        if (qerr) {
+            /* A launch the driver refuses, which a remote program learns
+             * at its next syncpoint; a checkpoint may begin there. */
+            unsigned one = 1, four = 4;
+            void *pq[] = {&a, &one, &four};
+            CUresult lr = cuLaunchKernel(fill, 1, 1, 1, 4096, 1, 1, 0, s, pq, NULL);
+            usleep(2000);
+            CUresult sr = cuStreamSynchronize(s);
+            printf("step %d: a launch of too many threads: %s\n", step, result_name(lr ? lr : sr));
         }
         CHECK(cuEventRecord(ev, s));
         CHECK(cuEventSynchronize(ev));

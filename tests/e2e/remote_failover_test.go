@@ -37,6 +37,20 @@ func failoverRunMover(t *testing.T, e *env, a *server, to string, more []string,
 	return result{out.String(), errb.String(), cmd.ProcessState.ExitCode()}
 }
 
+// A checkpoint begun at the syncpoint that gets a queued call's error (a
+// launch the driver refused) leaves that error to the program: the
+// checkpoint's own calls take none of it. Each step's error is printed as
+// locally, with checkpoints every millisecond and the server killed.
+func TestRemoteCheckpointsLeaveQueuedErrors(t *testing.T) {
+	e := newEnv(t)
+	local := runsLocally(t, e, []string{"mover", "6", "0", "none", "none", "queuederr"}, "done")
+	a, b := e.serveNamed("a", "unix"), e.serveNamed("b", "unix")
+	p := failoverRunMover(t, e, a, b.addr, []string{"queuederr"}, "--checkpoint-every", "1ms")
+	if p.code != 0 || p.stdout != local.stdout || !strings.Contains(p.stderr, "going on at "+b.addr) {
+		t.Errorf("its server killed: exit %d\n%s\nwant\n%s\n%s", p.code, p.stdout, local.stdout, p.stderr)
+	}
+}
+
 // A program whose server is SIGKILLed mid-run goes on at its failover
 // server: from the first checkpoint (taken at its first call) with every
 // call since made again, or from a checkpoint of its device memory taken
